@@ -1,0 +1,34 @@
+# make demo | make test | make check (ruff + mypy + tests) | make lint | make typecheck
+#
+# Every target runs from .venv, which is created on first use and re-synced whenever
+# pyproject.toml changes. PYTEST_ARGS is passed to pytest: make test PYTEST_ARGS='-k claim -x'
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: demo test check lint typecheck clean
+
+demo: $(STAMP)
+	$(BIN)/geneva-drive demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+check: lint typecheck test
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --disable-pip-version-check -e '.[dev]'
+	touch $@
+
+clean:
+	rm -rf build dist .pytest_cache .mypy_cache .ruff_cache geneva_drive_demo.db*

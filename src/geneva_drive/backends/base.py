@@ -1,0 +1,75 @@
+"""The backend protocol and the after-commit discipline every backend shares.
+
+A step execution row is the obligation; a backend only delivers a *wake-up* for it. Wake-ups
+are sent strictly after the transaction that wrote the row commits (never for a rolled-back
+row), unless ``enqueue_after_commit`` is off or ``with_inline_enqueue()`` is active.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+
+from sqlalchemy import event
+from sqlalchemy.orm import Session
+
+from ..config import enqueues_deferred, settings
+
+_PENDING = "geneva_drive_pending_enqueues"
+_LISTENING = "geneva_drive_listening"
+
+
+@dataclass(frozen=True)
+class EnqueuedStep:
+    execution_id: int
+    workflow_id: int
+    step_name: str
+    scheduled_for: datetime
+    job_options: dict[str, Any] = field(default_factory=dict)
+
+
+class Backend(Protocol):
+    def enqueue(self, step: EnqueuedStep) -> None:
+        """Deliver a wake-up for a committed scheduled execution. Must not raise on duplicates."""
+
+
+def enqueue_after_commit(session: Session, step: EnqueuedStep) -> None:
+    """Hand ``step`` to the configured backend once ``session``'s transaction commits."""
+    if not enqueues_deferred() or not session.in_transaction():
+        _deliver([step])
+        return
+    if _LISTENING not in session.info:
+        # Per-session listeners (nothing global is installed); they stay for the session's
+        # life because SQLAlchemy forbids removing a listener while it is being dispatched.
+        session.info[_LISTENING] = True
+        event.listen(session, "after_commit", _after_commit)
+        event.listen(session, "after_rollback", _after_rollback)
+    session.info.setdefault(_PENDING, []).append(step)
+
+
+def _detach(session: Session) -> list[EnqueuedStep]:
+    pending: list[EnqueuedStep] = session.info.pop(_PENDING, None) or []
+    return pending
+
+
+def _after_commit(session: Session) -> None:
+    _deliver(_detach(session))
+
+
+def _after_rollback(session: Session) -> None:
+    _detach(session)  # the rows were never written: nothing to wake
+
+
+def _deliver(steps: list[EnqueuedStep]) -> None:
+    backend = settings().backend
+    if backend is None:
+        return
+    for step in steps:
+        try:
+            backend.enqueue(step)
+        except Exception:  # the row is committed; housekeeping/dispatch will pick it up
+            settings().logger.exception(
+                "enqueue of execution %s failed; it stays scheduled and will be recovered",
+                step.execution_id,
+            )

@@ -1,0 +1,39 @@
+"""Run steps in-process right after commit — for scripts and tests.
+
+Steps with a wait in the future are left scheduled (drive them with ``geneva_drive.testing``
+or a worker). A step that schedules the next one does not recurse: the wake-ups go into a
+per-thread queue drained by the outermost call, so long workflows use constant stack.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+
+from .base import EnqueuedStep
+
+
+class InlineBackend:
+    def __init__(self, *, run_delayed: bool = False) -> None:
+        self.run_delayed = run_delayed
+        self._local = threading.local()
+
+    def enqueue(self, step: EnqueuedStep) -> None:
+        from ..config import settings
+        from ..executor import run_execution
+
+        if not self.run_delayed and step.scheduled_for > settings().clock.now():
+            return
+        queue: deque[int] | None = getattr(self._local, "queue", None)
+        if queue is not None:
+            queue.append(step.execution_id)
+            return
+        queue = self._local.queue = deque([step.execution_id])
+        try:
+            while queue:
+                run_execution(queue.popleft(), reraise=False)
+        finally:
+            self._local.queue = None
+
+    def __repr__(self) -> str:
+        return f"InlineBackend(run_delayed={self.run_delayed})"

@@ -1,0 +1,81 @@
+"""Engine preparation: the per-database settings the locking design relies on."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy
+from sqlalchemy import Engine, event
+
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+IMMEDIATE_OPTION = "geneva_drive_begin_immediate"
+
+
+def create_engine(url: str | sqlalchemy.URL, **kwargs: Any) -> Engine:
+    """``sqlalchemy.create_engine`` plus the settings geneva-drive needs for ``url``'s dialect."""
+    engine = sqlalchemy.create_engine(url, **kwargs)
+    prepare_engine(engine)
+    return engine
+
+
+def prepare_engine(engine: Engine) -> Engine:
+    """Make an application's engine safe for concurrent workflows. Idempotent.
+
+    SQLite has no row locks: a transaction that reads and later writes can fail with
+    SQLITE_BUSY_SNAPSHOT when another connection wrote in between, and the busy handler cannot
+    retry that. geneva-drive's own transactions (executor, worker, housekeeping) therefore start
+    with ``BEGIN IMMEDIATE``, taking the single write lock up front so writers queue on the busy
+    timeout instead — SQLite's equivalent of ``SELECT … FOR UPDATE`` on the workflow row. The
+    application's transactions keep a deferred ``BEGIN``. WAL keeps plain readers unblocked.
+    """
+    if engine.dialect.name != "sqlite" or event.contains(engine, "begin", _begin_immediate):
+        return engine
+    event.listen(engine, "connect", _configure_sqlite_connection)
+    event.listen(engine, "begin", _begin_immediate)
+    return engine
+    engine.info[_PREPARED] = True
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Let us issue BEGIN ourselves (pysqlite otherwise emits a deferred BEGIN lazily).
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA foreign_keys = ON")
+        if engine.url.database not in (None, "", ":memory:"):
+            cursor.execute("PRAGMA journal_mode = WAL")
+            cursor.execute("PRAGMA synchronous = NORMAL")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection: Any) -> None:
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return engine
+
+
+def _configure_sqlite_connection(dbapi_connection: Any, _record: Any) -> None:
+    # Let us issue BEGIN ourselves (pysqlite otherwise emits a deferred BEGIN lazily).
+    dbapi_connection.isolation_level = None
+    cursor = dbapi_connection.cursor()
+    cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+    cursor.execute("PRAGMA foreign_keys = ON")
+    cursor.execute("PRAGMA journal_mode = WAL")  # an in-memory database just says "memory"
+    cursor.execute("PRAGMA synchronous = NORMAL")
+    cursor.close()
+
+
+def _begin_immediate(connection: Any) -> None:
+    # Only geneva-drive's own sessions take the write lock up front; an application's
+    # transactions keep SQLite's usual deferred BEGIN so its readers don't serialise.
+    if connection.get_execution_options().get(IMMEDIATE_OPTION):
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+    else:
+        connection.exec_driver_sql("BEGIN")
+
+
+def engine_for_workers(engine: Engine) -> Engine:
+    """The engine geneva-drive's own sessions use: on SQLite, transactions BEGIN IMMEDIATE."""
+    if engine.dialect.name != "sqlite":
+        return engine
+    return engine.execution_options(**{IMMEDIATE_OPTION: True})

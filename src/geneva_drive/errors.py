@@ -1,0 +1,76 @@
+"""Every exception geneva-drive raises on purpose.
+
+    GenevaDriveError
+    ├── StepConfigurationError     a workflow class or option is defined wrongly
+    ├── InvalidStateError          a verb was called on a workflow in the wrong state
+    ├── InvalidStateTransition     the executor refused an illegal state change (a bug guard)
+    ├── WorkflowAlreadyOngoing     a second ongoing workflow of one class for one hero
+    ├── WorkflowNotOngoing         a new signal for a finished or canceled workflow
+    ├── PayloadTooLargeError
+    │   ├── SignalPayloadTooLargeError
+    │   └── CursorTooLargeError
+    ├── SerializationError         a value the JSON codec cannot store
+    └── StepExecutionError         carries the execution and workflow it concerns
+        └── StepNotDefinedError    a row names a step the class no longer defines
+
+Flow-control signals (``self.pause()`` inside a step and friends) are *not* here: they are
+``BaseException`` subclasses in ``flow.py`` so that ``except Exception`` in application code
+cannot swallow them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class GenevaDriveError(Exception):
+    """Base class of every error geneva-drive raises deliberately."""
+
+
+class StepConfigurationError(GenevaDriveError):
+    """A workflow class, step option, policy or job option is invalid."""
+
+
+class InvalidStateError(GenevaDriveError):
+    """A verb was called on a workflow whose state does not allow it."""
+
+
+class InvalidStateTransition(GenevaDriveError):
+    """The executor's transition table refused a change of state."""
+
+
+class WorkflowAlreadyOngoing(GenevaDriveError):
+    """Another ongoing workflow of the same class exists for the same hero."""
+
+
+class WorkflowNotOngoing(GenevaDriveError):
+    """A new signal was sent to a finished or canceled workflow."""
+
+
+class SerializationError(GenevaDriveError):
+    """A payload, cursor or metadata value cannot be encoded as typed JSON."""
+
+
+class PayloadTooLargeError(GenevaDriveError):
+    """An encoded value is larger than its configured limit."""
+
+
+class SignalPayloadTooLargeError(PayloadTooLargeError):
+    """A signal payload exceeds ``max_signal_payload_size``."""
+
+
+class CursorTooLargeError(PayloadTooLargeError):
+    """A resumable-step cursor exceeds ``max_cursor_size``."""
+
+
+class StepExecutionError(GenevaDriveError):
+    """An error about one step execution; carries the execution and its workflow."""
+
+    def __init__(self, message: str, *, step_execution: Any = None, workflow: Any = None):
+        super().__init__(message)
+        self.step_execution = step_execution
+        self.workflow = workflow
+
+
+class StepNotDefinedError(StepExecutionError):
+    """An execution names a step that its workflow class does not define."""

@@ -1,0 +1,109 @@
+"""Instrumentation events and logging context.
+
+Events: ``precondition``, ``step`` and ``finalize`` (payloads as in the gem: ``execution_id``,
+``workflow_id``, ``workflow_class``, ``step_name``, ``resumable`` for resumable steps, plus an
+``outcome`` / state). Subscribers are plain callables ``fn(name, payload)``; a subscriber that
+raises is logged and ignored — instrumentation must never change what a workflow does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator, MutableMapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .models import StepExecution
+    from .workflow import Workflow
+
+Subscriber = Callable[[str, dict[str, Any]], None]
+EVENTS = ("precondition", "step", "finalize", "gauge", "housekeeping")
+
+_subscribers: dict[str, list[Subscriber]] = {}
+_lock = threading.Lock()
+log = logging.getLogger("geneva_drive")
+
+
+def subscribe(name: str, fn: Subscriber) -> Callable[[], None]:
+    """Call ``fn(name, payload)`` after every ``name`` event; returns an unsubscribe function."""
+    if name not in EVENTS and name != "*":
+        raise ValueError(f"unknown event {name!r}; known events: {', '.join(EVENTS)} or '*'")
+    with _lock:
+        _subscribers.setdefault(name, []).append(fn)
+
+    def unsubscribe() -> None:
+        with _lock:
+            if fn in _subscribers.get(name, []):
+                _subscribers[name].remove(fn)
+
+    return unsubscribe
+
+
+def emit(name: str, payload: dict[str, Any]) -> None:
+    listeners = [*_subscribers.get(name, ()), *_subscribers.get("*", ())]
+    for fn in listeners:
+        try:
+            fn(name, payload)
+        except Exception:
+            log.exception("geneva-drive event subscriber %r failed on %s", fn, name)
+
+
+@contextlib.contextmanager
+def instrument(name: str, payload: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """Time a block; the block fills in ``payload`` (e.g. ``outcome``) before it is emitted."""
+    started = time.perf_counter()
+    try:
+        yield payload
+    finally:
+        payload["duration"] = time.perf_counter() - started
+        emit(name, payload)
+
+
+def execution_payload(workflow: Workflow, execution: StepExecution) -> dict[str, Any]:
+    payload: dict[str, Any] = {
+        "execution_id": execution.id,
+        "workflow_id": workflow.id,
+        "workflow_class": type(workflow).__name__,
+        "step_name": execution.step_name,
+    }
+    step_def = type(workflow).steps.named(execution.step_name)
+    if step_def is not None and step_def.resumable:
+        payload["resumable"] = True
+    return payload
+
+
+class ContextAdapter(logging.LoggerAdapter[logging.Logger]):
+    """Prefixes messages with the workflow/execution and attaches it as ``record.geneva_drive``."""
+
+    def process(self, msg: Any, kwargs: MutableMapping[str, Any]) -> tuple[Any, Any]:
+        context = dict(self.extra or {})
+        prefix = " ".join(f"{k}={v}" for k, v in context.items() if v is not None)
+        kwargs.setdefault("extra", {})["geneva_drive"] = context
+        return f"[{prefix}] {msg}", kwargs
+
+
+def workflow_context(workflow: Workflow) -> dict[str, Any]:
+    return {
+        "workflow_class": type(workflow).__name__,
+        "workflow_id": workflow.id,
+        "hero_type": workflow.hero_type,
+        "hero_id": workflow.hero_id,
+    }
+
+
+def workflow_logger(workflow: Workflow) -> ContextAdapter:
+    return ContextAdapter(log, workflow_context(workflow))
+
+
+def execution_logger(workflow: Workflow, execution: StepExecution) -> ContextAdapter:
+    return ContextAdapter(
+        log,
+        {
+            **workflow_context(workflow),
+            "execution_id": execution.id,
+            "step_name": execution.step_name,
+        },
+    )

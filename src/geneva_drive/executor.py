@@ -1,0 +1,632 @@
+"""Running one step execution, in three phases.
+
+Phase 1 (prepare) — one short transaction holding the workflow row lock: guards in a fixed
+order, preconditions, the signal gate, then ``scheduled → in_progress`` and commit.
+Phase 2 (perform) — the step body runs with no lock held, in the same ``Session`` that phase 3
+commits: the body's writes are part of the step's unit of work.
+Phase 3 (finalize) — re-lock the workflow row *in the body's transaction*, record the outcome,
+create the next execution and commit — one commit for the body's writes, the outcome and the
+next step together. A failed body is rolled back first, so its writes never land.
+
+Two commits per plain step in total. Everything here is safe to run twice for one execution:
+the second run finds the row no longer ``scheduled`` and does nothing.
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy.orm import Session
+
+from . import events, queries, scheduling, signals
+from .config import Settings, settings
+from .errors import StepNotDefinedError
+from .flow import Action, FlowControl
+from .models import StepExecution
+from .policy import Decision, resolve
+from .states import ExecutionState, Outcome, WorkflowState, check_step_transition
+
+if TYPE_CHECKING:
+    from .models import Signal
+    from .steps import StepDefinition
+    from .workflow import Workflow
+
+
+# -- results of phase 2 ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Completed:
+    pass
+
+
+@dataclass(frozen=True)
+class Interrupted:
+    """A resumable step stopped at a checkpoint; a successor continues from the cursor."""
+
+    wait: timedelta | None = None
+
+
+@dataclass(frozen=True)
+class Failed:
+    error: BaseException
+
+
+Result = Completed | Interrupted | FlowControl | Failed
+
+
+@dataclass
+class Prepared:
+    workflow: Workflow
+    execution: StepExecution
+    step_def: StepDefinition
+    signal: Signal | None
+
+
+@dataclass
+class RunOptions:
+    interruptible: bool = True
+    max_iterations: int | None = None
+    should_exit: Callable[[], bool] | None = None
+    worker_id: str | None = None
+    lease: timedelta | None = None
+
+
+@dataclass(frozen=True)
+class Aborted:
+    """Phase 1 ended the run (a guard or precondition); ``error`` is raised after commit."""
+
+    error: BaseException | None = None
+
+
+def run_execution(
+    execution_id: int,
+    *,
+    reraise: bool = True,
+    options: RunOptions | None = None,
+    config: Settings | None = None,
+) -> StepExecution | None:
+    """Run one execution by id. Returns it (detached) or None when there was nothing to run.
+
+    With ``reraise`` the step's own exception is raised after its outcome has been committed,
+    so a job framework sees the failure; the database is already consistent by then.
+    """
+    config = config or settings()
+    options = options or RunOptions()
+    with config.session_factory()() as session:
+        _, outcome = _phase1(session, options, config, execution_id=execution_id)
+        return _continue(session, outcome, options, config, reraise=reraise)
+
+
+def claim_and_run(
+    queues: list[str] | None, options: RunOptions, config: Settings | None = None
+) -> bool:
+    """Claim the next due execution and run it. False when nothing was due.
+
+    The claim and phase 1 share one transaction (one commit): the claim query locks the
+    workflow row with SKIP LOCKED, and phase 1 runs under that lock.
+    """
+    config = config or settings()
+    with config.session_factory()() as session:
+        claimed, outcome = _phase1(session, options, config, queues=queues)
+        if claimed:
+            _continue(session, outcome, options, config, reraise=False)
+        return claimed
+
+
+def _continue(
+    session: Session,
+    outcome: Prepared | Aborted | None,
+    options: RunOptions,
+    config: Settings,
+    *,
+    reraise: bool,
+) -> StepExecution | None:
+    if isinstance(outcome, Aborted):
+        if outcome.error is not None and reraise:
+            raise outcome.error
+        return None
+    if outcome is None:
+        return None
+    result = _perform(session, outcome, options, config)
+    error = _finalize(session, outcome, result, config)
+    if error is not None and reraise:
+        raise error
+    return outcome.execution
+
+
+# -- phase 1 ---------------------------------------------------------------------------------
+
+
+def _phase1(
+    session: Session,
+    options: RunOptions,
+    config: Settings,
+    *,
+    execution_id: int | None = None,
+    queues: list[str] | None = None,
+) -> tuple[bool, Prepared | Aborted | None]:
+    """Returns (whether an execution was found/claimed, what phase 1 decided). Commits."""
+    try:
+        with session.begin():
+            if execution_id is None:
+                claimed = queries.claim_due_execution(session, config.clock.now(), queues)
+                if claimed is None:
+                    return False, None
+                execution_id = claimed[0]
+            return True, _prepare(session, execution_id, options, config)
+    except Exception as error:
+        # Unexpected trouble before the body (the transaction above rolled back): record it
+        # on the execution in a fresh transaction, let the policies decide, then re-raise.
+        assert execution_id is not None
+        with session.begin():
+            _record_prepare_failure(session, execution_id, error, config)
+        return True, Aborted(error)
+
+
+def _prepare(
+    session: Session, execution_id: int, options: RunOptions, config: Settings
+) -> Prepared | Aborted | None:
+    found = queries.get_execution(session, execution_id)
+    if found is None:
+        config.logger.warning("step execution %s not found; nothing to run", execution_id)
+        return None
+    workflow = queries.lock_workflow(session, found.workflow_id)
+    execution = queries.lock_execution(session, execution_id)
+    if workflow is None or execution is None:
+        return None
+    log = events.execution_logger(workflow, execution)
+    now = config.clock.now()
+
+    # 1. Idempotency: anything but "scheduled" means another run got here first.
+    if execution.state != ExecutionState.SCHEDULED:
+        log.info("already %s, skipping duplicate run", execution.state)
+        return None
+    # 2. Workflow state. A paused workflow keeps its scheduled row for resume() (the gem
+    #    destroyed it); a finished or canceled one can never run it.
+    if workflow.state == WorkflowState.PAUSED:
+        log.info("workflow is paused; execution kept for resume()")
+        return None
+    if workflow.state not in (WorkflowState.READY, WorkflowState.PERFORMING):
+        _end(execution, ExecutionState.CANCELED, Outcome.CANCELED, now)
+        return None
+    return _guards_and_start(session, workflow, execution, options, config, now)
+
+
+def _guards_and_start(
+    session: Session,
+    workflow: Workflow,
+    execution: StepExecution,
+    options: RunOptions,
+    config: Settings,
+    now: datetime,
+) -> Prepared | Aborted | None:
+    log = events.execution_logger(workflow, execution)
+    cls = type(workflow)
+    # 3. The hero must still exist (unless the class opted out).
+    if not cls.may_proceed_without_hero and workflow.hero is None:
+        log.info("hero is gone; canceling the workflow")
+        _end(execution, ExecutionState.CANCELED, Outcome.CANCELED, now)
+        scheduling.transition(workflow, WorkflowState.CANCELED)
+        return None
+    # 4. The step must still be defined.
+    step_def = cls.steps.named(execution.step_name)
+    if step_def is None:
+        message = f"Step {execution.step_name!r} is not defined in {cls.__name__}"
+        execution.error_message = message
+        _end(execution, ExecutionState.FAILED, Outcome.FAILED, now)
+        scheduling.transition(workflow, WorkflowState.PAUSED)
+        return Aborted(StepNotDefinedError(message, step_execution=execution, workflow=workflow))
+    if step_def.removed:
+        log.info("step was removed from the code; skipping past it")
+        _end(execution, ExecutionState.SKIPPED, Outcome.SKIPPED, now)
+        signals.settle_signal_for_skipped(session, execution)
+        scheduling.transition(workflow, WorkflowState.READY)
+        scheduling.schedule_next_step(session, workflow)
+        return None
+    # 7. Preconditions.
+    payload = events.execution_payload(workflow, execution)
+    with events.instrument("precondition", payload):
+        try:
+            if cancel_conditions_hold(workflow):
+                payload["outcome"] = "canceled"
+                _end(execution, ExecutionState.CANCELED, Outcome.CANCELED, now)
+                scheduling.transition(workflow, WorkflowState.CANCELED)
+                return None
+            if step_def.should_skip(workflow):
+                payload["outcome"] = "skipped"
+                _end(execution, ExecutionState.SKIPPED, Outcome.SKIPPED, now)
+                signals.settle_signal_for_skipped(session, execution)
+                scheduling.transition(workflow, WorkflowState.READY)
+                workflow.next_step_name = execution.step_name
+                scheduling.schedule_next_step(session, workflow)
+                return None
+        except Exception as error:
+            payload["outcome"] = "exception"
+            payload["exception"] = error
+            _handle_failure(
+                session, workflow, execution, step_def, error, config, reason="precondition"
+            )
+            return Aborted(error)
+        payload["outcome"] = "passed"
+    # 8. The signal gate: proceed with an attached signal, or park.
+    signal = None
+    if step_def.waits_for_signal:
+        signal = signals.gate(session, workflow, execution, step_def)
+        if signal is None:
+            return None
+    # 9. Start.
+    check_step_transition(execution.state, ExecutionState.IN_PROGRESS)
+    execution.state = ExecutionState.IN_PROGRESS
+    execution.started_at = now
+    if options.worker_id is not None:
+        execution.lease_owner = options.worker_id
+        execution.lease_expires_at = now + (options.lease or timedelta(seconds=30))
+    scheduling.transition(workflow, WorkflowState.PERFORMING, current_step_name=step_def.name)
+    if workflow.started_at is None:
+        workflow.started_at = now
+    return Prepared(workflow, execution, step_def, signal)
+
+
+def _record_prepare_failure(
+    session: Session, execution_id: int, error: BaseException, config: Settings
+) -> None:
+    execution = queries.get_execution(session, execution_id)
+    if execution is None:
+        return
+    workflow = queries.lock_workflow(session, execution.workflow_id)
+    execution = queries.lock_execution(session, execution_id)
+    if workflow is None or execution is None or execution.state != ExecutionState.SCHEDULED:
+        return
+    now = config.clock.now()
+    _store_error(execution, error)
+    _end(execution, ExecutionState.FAILED, Outcome.FAILED, now)
+    step_def = type(workflow).steps.named(execution.step_name)
+    decision = _decide(session, workflow, execution, step_def, error, config)
+    if decision.action is Action.REATTEMPT:
+        scheduling.transition(workflow, WorkflowState.READY)
+        _reschedule(session, workflow, execution, step_def, decision.wait)
+    elif decision.action is Action.CANCEL:
+        scheduling.transition(workflow, WorkflowState.CANCELED)
+    elif decision.action is Action.SKIP:
+        scheduling.transition(workflow, WorkflowState.READY)
+        workflow.next_step_name = execution.step_name
+        scheduling.schedule_next_step(session, workflow)
+    else:
+        scheduling.transition(workflow, WorkflowState.PAUSED)
+
+
+def cancel_conditions_hold(workflow: Workflow) -> bool:
+    return any(bool(condition(workflow)) for condition in type(workflow)._cancel_conditions)
+
+
+# -- phase 2 ---------------------------------------------------------------------------------
+
+
+def _perform(
+    session: Session, prepared: Prepared, options: RunOptions, config: Settings
+) -> Result:
+    workflow, execution, step_def = prepared.workflow, prepared.execution, prepared.step_def
+    payload = events.execution_payload(workflow, execution)
+    workflow.__dict__["_gd_received_signal"] = prepared.signal
+
+    def body() -> Result:
+        with events.instrument("step", payload):
+            try:
+                if step_def.resumable:
+                    from .iteration import run_resumable
+
+                    outcome: Result = run_resumable(
+                        session, workflow, execution, step_def, options, config
+                    )
+                else:
+                    step_def.run(workflow)
+                    outcome = Completed()
+            except FlowControl as flow:
+                outcome = flow
+            except Exception as error:
+                outcome = Failed(error)
+            payload["outcome"] = _describe(outcome)
+            if isinstance(outcome, Failed):
+                payload["exception"] = outcome.error
+            return outcome
+
+    try:
+        with workflow._in_step_context():
+            # Hook errors count as step errors (the gem let them escape and strand the row).
+            try:
+                workflow.before_step_execution(execution)
+                result = workflow.around_step_execution(execution, body)
+                if not isinstance(result, Completed | Interrupted | FlowControl | Failed):
+                    result = Completed()
+                workflow.after_step_execution(execution)
+            except FlowControl as flow:
+                result = flow
+            except Exception as error:
+                result = Failed(error)
+    finally:
+        workflow.__dict__.pop("_gd_received_signal", None)
+    if isinstance(result, Failed):
+        events.execution_logger(workflow, execution).warning(
+            "step raised %s: %s", type(result.error).__name__, result.error
+        )
+    return result
+
+
+def _describe(result: Result) -> str:
+    if isinstance(result, Completed):
+        return "completed"
+    if isinstance(result, Interrupted):
+        return "interrupted"
+    if isinstance(result, Failed):
+        return "exception"
+    return "finished" if result.action is Action.FINISH else str(result.action)
+
+
+# -- phase 3 ---------------------------------------------------------------------------------
+
+
+def _finalize(
+    session: Session, prepared: Prepared, result: Result, config: Settings
+) -> BaseException | None:
+    """Record the outcome and schedule what comes next; returns the step's error, if any."""
+    workflow_id, execution_id = prepared.workflow.id, prepared.execution.id
+    payload = events.execution_payload(prepared.workflow, prepared.execution)
+    if isinstance(result, Failed):
+        session.rollback()  # the body's writes must not land with a failure
+    with events.instrument("finalize", payload):
+        try:
+            # Re-lock in the body's own transaction: its writes commit with the outcome.
+            workflow = queries.lock_workflow(session, workflow_id)
+            execution = queries.lock_execution(session, execution_id)
+            assert workflow is not None and execution is not None
+            if execution.state != ExecutionState.IN_PROGRESS:
+                # Someone took the row from us (lease recovery): our run is the duplicate.
+                events.execution_logger(workflow, execution).warning(
+                    "execution is %s, not in_progress; discarding this run's work",
+                    execution.state,
+                )
+                session.rollback()
+                return None
+            error = _apply(session, workflow, execution, prepared.step_def, result, config)
+            workflow.current_step_name = None
+            execution.lease_owner = None
+            execution.lease_expires_at = None
+            payload["workflow_state"] = workflow.state
+            payload["step_state"] = execution.state
+            session.commit()
+        except BaseException:
+            session.rollback()
+            raise
+    prepared.workflow, prepared.execution = workflow, execution
+    return error
+
+
+def _apply(
+    session: Session,
+    workflow: Workflow,
+    execution: StepExecution,
+    step_def: StepDefinition,
+    result: Result,
+    config: Settings,
+) -> BaseException | None:
+    now = config.clock.now()
+    external = workflow.state  # paused or canceled by an operator while the step ran
+    if external == WorkflowState.CANCELED:
+        # The step's result is kept, but nothing follows a canceled workflow.
+        _record_only(execution, step_def, result, now)
+        return result.error if isinstance(result, Failed) else None
+    if external == WorkflowState.PAUSED and isinstance(result, Interrupted):
+        _end(execution, ExecutionState.COMPLETED, Outcome.WORKFLOW_PAUSED, now)
+        return None
+    paused_at = workflow.transitioned_at
+    if external == WorkflowState.PAUSED:
+        workflow.state = WorkflowState.PERFORMING  # decide as if running; the pause is restored
+    if isinstance(result, Failed):
+        _handle_failure(session, workflow, execution, step_def, result.error, config)
+        error: BaseException | None = result.error
+    else:
+        _handle_success_or_flow(session, workflow, execution, step_def, result, now)
+        error = None
+    if external == WorkflowState.PAUSED and workflow.state == WorkflowState.READY:
+        # Paused from outside mid-step: keep the pause; the next execution waits for resume().
+        workflow.state = WorkflowState.PAUSED
+        workflow.transitioned_at = paused_at
+    return error
+
+
+def _record_only(
+    execution: StepExecution, step_def: StepDefinition, result: Result, now: datetime
+) -> None:
+    if isinstance(result, Failed):
+        _store_error(execution, result.error)
+        _end(execution, ExecutionState.FAILED, Outcome.CANCELED, now)
+    elif isinstance(result, FlowControl) and result.action is Action.SKIP:
+        _end(execution, ExecutionState.SKIPPED, Outcome.SKIPPED, now)
+    elif isinstance(result, FlowControl) and result.action in (Action.CANCEL, Action.PAUSE):
+        _end(execution, ExecutionState.CANCELED, Outcome.CANCELED, now)
+    else:
+        _end(execution, ExecutionState.COMPLETED, Outcome.SUCCESS, now)
+
+
+def _handle_success_or_flow(
+    session: Session,
+    workflow: Workflow,
+    execution: StepExecution,
+    step_def: StepDefinition,
+    result: Result,
+    now: datetime,
+) -> None:
+    if isinstance(result, Completed):
+        _end(execution, ExecutionState.COMPLETED, Outcome.SUCCESS, now)
+        signals.record_clean_resolution(session, execution)
+        scheduling.transition(workflow, WorkflowState.READY)
+        scheduling.schedule_next_step(session, workflow)
+        return
+    if isinstance(result, Interrupted):
+        _end(execution, ExecutionState.COMPLETED, Outcome.CONTINUED, now)
+        scheduling.transition(workflow, WorkflowState.READY)
+        scheduling.create_successor_execution(session, workflow, execution, wait=result.wait)
+        return
+    assert isinstance(result, FlowControl)
+    action = result.action
+    if action is Action.CANCEL:
+        _end(execution, ExecutionState.CANCELED, Outcome.CANCELED, now)
+        scheduling.transition(workflow, WorkflowState.CANCELED)
+    elif action is Action.PAUSE:
+        if step_def.resumable:
+            _end(execution, ExecutionState.COMPLETED, Outcome.WORKFLOW_PAUSED, now)
+        else:
+            _end(execution, ExecutionState.CANCELED, Outcome.CANCELED, now)
+        scheduling.transition(workflow, WorkflowState.PAUSED)
+    elif action is Action.REATTEMPT:
+        if step_def.resumable and result.rewind:
+            execution.cursor = None
+        execution.write_metadata("reattempt_reason", "flow_control")
+        _end(execution, ExecutionState.COMPLETED, Outcome.REATTEMPTED, now)
+        scheduling.transition(workflow, WorkflowState.READY)
+        _reschedule(session, workflow, execution, step_def, result.wait, rewind=result.rewind)
+    elif action is Action.SKIP:
+        _end(execution, ExecutionState.SKIPPED, Outcome.SKIPPED, now)
+        signals.record_clean_resolution(session, execution)
+        scheduling.transition(workflow, WorkflowState.READY)
+        scheduling.schedule_next_step(session, workflow)
+    elif action is Action.FINISH:
+        _end(execution, ExecutionState.COMPLETED, Outcome.SUCCESS, now)
+        signals.record_clean_resolution(session, execution)
+        scheduling.transition(workflow, WorkflowState.FINISHED)
+        scheduling.finish_workflow(workflow)
+    elif action is Action.SUSPEND:
+        _end(execution, ExecutionState.COMPLETED, Outcome.CONTINUED, now)
+        scheduling.transition(workflow, WorkflowState.READY)
+        scheduling.create_successor_execution(session, workflow, execution, wait=result.wait)
+
+
+def _handle_failure(
+    session: Session,
+    workflow: Workflow,
+    execution: StepExecution,
+    step_def: StepDefinition,
+    error: BaseException,
+    config: Settings,
+    *,
+    reason: str = "exception_policy",
+) -> None:
+    now = config.clock.now()
+    decision = _decide(session, workflow, execution, step_def, error, config)
+    action = decision.action
+    if action is Action.REATTEMPT:
+        execution.write_metadata("reattempt_reason", reason)
+        execution.write_metadata("exception", _exception_info(error))
+        _end(execution, ExecutionState.COMPLETED, Outcome.REATTEMPTED, now)
+        scheduling.transition(workflow, WorkflowState.READY)
+        _reschedule(session, workflow, execution, step_def, decision.wait)
+    elif action is Action.CANCEL:
+        _store_error(execution, error)
+        _end(execution, ExecutionState.FAILED, Outcome.CANCELED, now)
+        scheduling.transition(workflow, WorkflowState.CANCELED)
+    elif action is Action.SKIP:
+        _end(execution, ExecutionState.SKIPPED, Outcome.SKIPPED, now)
+        signals.record_clean_resolution(session, execution)
+        scheduling.transition(workflow, WorkflowState.READY)
+        workflow.next_step_name = execution.step_name
+        scheduling.schedule_next_step(session, workflow)
+    elif action is Action.FINISH:
+        _end(execution, ExecutionState.COMPLETED, Outcome.SUCCESS, now)
+        signals.record_clean_resolution(session, execution)
+        scheduling.finish_workflow(workflow)
+    else:
+        _store_error(execution, error)
+        _end(execution, ExecutionState.FAILED, Outcome.FAILED, now)
+        scheduling.transition(workflow, WorkflowState.PAUSED)
+
+
+def _decide(
+    session: Session,
+    workflow: Workflow,
+    execution: StepExecution,
+    step_def: StepDefinition | None,
+    error: BaseException,
+    config: Settings,
+) -> Decision:
+    count = queries.consecutive_reattempt_count(session, workflow.id, execution.step_name)
+    decision = resolve(
+        error,
+        step_policy=step_def.exception_policy if step_def is not None else None,
+        class_policies=type(workflow)._exception_policies,
+        reattempt_count=count,
+        workflow=workflow,
+    )
+    if decision.should_report:
+        context = {
+            **events.workflow_context(workflow),
+            "step_execution_id": execution.id,
+            "step_name": execution.step_name,
+            "action": str(decision.action),
+            "terminal": decision.terminal,
+        }
+        try:
+            config.error_reporter(error, {k: v for k, v in context.items() if v is not None})
+        except Exception:
+            config.logger.exception("the error reporter itself failed")
+    return decision
+
+
+def _reschedule(
+    session: Session,
+    workflow: Workflow,
+    execution: StepExecution,
+    step_def: StepDefinition | None,
+    wait: timedelta | None,
+    *,
+    rewind: bool = False,
+) -> None:
+    workflow.current_step_name = execution.step_name
+    if step_def is not None and step_def.resumable:
+        scheduling.create_successor_execution(session, workflow, execution, wait=wait, rewind=rewind)
+    else:
+        scheduling.reschedule_current_step(session, workflow, wait=wait)
+
+
+# -- small helpers ---------------------------------------------------------------------------
+
+_STAMPS = {
+    ExecutionState.COMPLETED: "completed_at",
+    ExecutionState.FAILED: "failed_at",
+    ExecutionState.CANCELED: "canceled_at",
+    ExecutionState.SKIPPED: "skipped_at",
+}
+
+
+def _end(execution: StepExecution, state: ExecutionState, outcome: Outcome, now: datetime) -> None:
+    check_step_transition(execution.state, state)
+    execution.state = state
+    execution.outcome = outcome
+    setattr(execution, _STAMPS[state], now)
+    execution.finished_at = now
+    execution.lease_owner = None
+    execution.lease_expires_at = None
+
+
+def _exception_info(error: BaseException) -> dict[str, Any]:
+    return {
+        "class": _qualified(error),
+        "message": str(error),
+        "backtrace": traceback.format_exception(error)[-20:],
+    }
+
+
+def _store_error(execution: StepExecution, error: BaseException) -> None:
+    execution.error_class_name = _qualified(error)
+    execution.error_message = str(error)
+    execution.error_backtrace = "".join(traceback.format_exception(error))
+    execution.write_metadata("exception", _exception_info(error))
+
+
+def _qualified(error: BaseException) -> str:
+    cls = type(error)
+    return cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"

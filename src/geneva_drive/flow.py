@@ -1,0 +1,32 @@
+"""Flow control inside a step: the signals ``self.pause()`` and friends raise.
+
+They derive from ``BaseException`` so an application's ``except Exception:`` cannot swallow
+them; the executor is the one place that catches them and turns them into outcomes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from enum import StrEnum
+
+
+class Action(StrEnum):
+    CANCEL = "cancel"
+    PAUSE = "pause"
+    REATTEMPT = "reattempt"
+    SKIP = "skip"
+    FINISH = "finish"
+    SUSPEND = "suspend"
+
+
+@dataclass
+class FlowControl(BaseException):  # noqa: N818 - a signal, not an error
+    """Raised by a flow-control verb inside a step; never escapes the executor."""
+
+    action: Action
+    wait: timedelta | None = None
+    rewind: bool = False
+
+    def __str__(self) -> str:
+        return f"flow control: {self.action}"

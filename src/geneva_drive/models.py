@@ -1,0 +1,280 @@
+"""The three tables: workflows, step executions, signals.
+
+Our tables live in their own ``MetaData`` (``Base.metadata``) so they never mix with the
+application's models, and the schema is created by the shipped Alembic migrations
+(``geneva_drive.install``). ``Workflow`` itself — the polymorphic root that user classes
+subclass — is mapped in ``workflow.py`` on top of :class:`WorkflowColumns`.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    Dialect,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    text,
+)
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
+
+from . import serialization
+from .states import ExecutionState, WorkflowState
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+WORKFLOWS = "geneva_drive_workflows"
+EXECUTIONS = "geneva_drive_step_executions"
+SIGNALS = "geneva_drive_signals"
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Stores naive UTC on every engine and always hands back aware UTC datetimes."""
+
+    impl = DateTime
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError(f"geneva-drive stores timezone-aware datetimes only, got {value!r}")
+        return value.astimezone(UTC).replace(tzinfo=None)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+# SQLite only auto-increments a column declared exactly INTEGER PRIMARY KEY.
+Id = BigInteger().with_variant(Integer(), "sqlite")
+Json = JSON().with_variant(postgresql.JSONB(), "postgresql")
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map = {datetime: UTCDateTime(), dict[str, Any]: Json}
+
+
+def workflow_table_args() -> tuple[Any, ...]:
+    ongoing = "state NOT IN ('finished', 'canceled') AND allow_multiple = false"
+    return (
+        Index("ix_geneva_drive_workflows_type", "type"),
+        Index("ix_geneva_drive_workflows_state", "state"),
+        Index("ix_geneva_drive_workflows_hero", "hero_type", "hero_id"),
+        # One ongoing workflow per (class, hero): the database is the arbiter under races.
+        Index(
+            "ix_geneva_drive_workflows_unique_ongoing",
+            "type",
+            "hero_type",
+            "hero_id",
+            unique=True,
+            postgresql_where=text(ongoing),
+            sqlite_where=text(ongoing),
+        ),
+    )
+
+
+def _now() -> datetime:
+    from .config import settings  # late: config is imported by almost everything
+
+    return settings().clock.now()
+
+
+class Timestamps:
+    # From the configured clock, so frozen test time is also the time rows record.
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=_now)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=_now, onupdate=_now)
+
+
+class WorkflowColumns(Timestamps):
+    """Columns of ``geneva_drive_workflows``; ``workflow.Workflow`` maps them.
+
+    The table name and indexes are declared on ``Workflow`` itself: declared on a mixin, every
+    subclass would try to map a table of its own instead of sharing the single table.
+    """
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    type: Mapped[str] = mapped_column(String(255))
+    hero_type: Mapped[str | None] = mapped_column(String(255))
+    hero_id: Mapped[str | None] = mapped_column(String(255))
+    state: Mapped[str] = mapped_column(
+        String(32), default=WorkflowState.READY, server_default=WorkflowState.READY
+    )
+    current_step_name: Mapped[str | None] = mapped_column(String(255))
+    next_step_name: Mapped[str | None] = mapped_column(String(255))
+    allow_multiple: Mapped[bool] = mapped_column(
+        Boolean, default=False, server_default=text("false")
+    )
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    transitioned_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    metadata_json: Mapped[dict[str, Any] | None] = mapped_column("metadata", Json)
+
+
+class StepExecution(Timestamps, Base):
+    """One attempt to run one step: the idempotency key and the audit trail at once."""
+
+    __tablename__ = EXECUTIONS
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    workflow_id: Mapped[int] = mapped_column(Id, ForeignKey(f"{WORKFLOWS}.id", ondelete="CASCADE"))
+    step_name: Mapped[str] = mapped_column(String(255))
+    state: Mapped[str] = mapped_column(
+        String(32), default=ExecutionState.SCHEDULED, server_default=ExecutionState.SCHEDULED
+    )
+    outcome: Mapped[str | None] = mapped_column(String(32))
+    scheduled_for: Mapped[datetime] = mapped_column(UTCDateTime())
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    completed_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    failed_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    canceled_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    skipped_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    error_class_name: Mapped[str | None] = mapped_column(String(255))
+    error_message: Mapped[str | None] = mapped_column(Text)
+    error_backtrace: Mapped[str | None] = mapped_column(Text)
+    job_id: Mapped[str | None] = mapped_column(String(255))
+    metadata_json: Mapped[dict[str, Any] | None] = mapped_column("metadata", Json)
+    cursor: Mapped[Any | None] = mapped_column(Json)
+    continues_from_id: Mapped[int | None] = mapped_column(Id)
+    signal_id: Mapped[int | None] = mapped_column(Id)
+    waiting_since: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    # Database-worker columns: where the row is routed and who holds it right now.
+    queue: Mapped[str] = mapped_column(String(255), default="default", server_default="default")
+    priority: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
+    lease_owner: Mapped[str | None] = mapped_column(String(255))
+    lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+    __table_args__ = (
+        Index("ix_geneva_drive_step_executions_workflow_id", "workflow_id"),
+        Index("ix_geneva_drive_step_executions_state", "state"),
+        Index("ix_geneva_drive_step_executions_scheduled_for", "scheduled_for"),
+        Index("ix_geneva_drive_step_executions_finished_at", "finished_at"),
+        Index("ix_geneva_drive_step_executions_scheduled", "state", "scheduled_for"),
+        Index("ix_geneva_drive_step_executions_workflow_created", "workflow_id", "created_at"),
+        Index("ix_geneva_drive_step_executions_workflow_state", "workflow_id", "state"),
+        Index("ix_geneva_drive_step_executions_continues_from_id", "continues_from_id"),
+        Index("ix_geneva_drive_step_executions_signal_id", "signal_id"),
+        # At most one scheduled/in-progress execution per workflow ("waiting" is kept single by
+        # the stray sweep instead, so a parked row never blocks the creation of its successor).
+        Index(
+            "ix_geneva_drive_step_executions_one_active",
+            "workflow_id",
+            unique=True,
+            postgresql_where=text("state IN ('scheduled', 'in_progress')"),
+            sqlite_where=text("state IN ('scheduled', 'in_progress')"),
+        ),
+        Index(
+            "ix_geneva_drive_step_executions_in_progress_started_at",
+            "started_at",
+            postgresql_where=text("state = 'in_progress'"),
+            sqlite_where=text("state = 'in_progress'"),
+        ),
+        # The worker's claim: due scheduled rows by queue, priority, due time.
+        Index(
+            "ix_geneva_drive_step_executions_due",
+            "queue",
+            "priority",
+            "scheduled_for",
+            postgresql_where=text("state = 'scheduled'"),
+            sqlite_where=text("state = 'scheduled'"),
+        ),
+        Index(
+            "ix_geneva_drive_step_executions_lease",
+            "lease_expires_at",
+            postgresql_where=text("state = 'in_progress'"),
+            sqlite_where=text("state = 'in_progress'"),
+        ),
+    )
+
+    # -- reading -------------------------------------------------------------------------
+
+    @property
+    def cursor_value(self) -> Any:
+        return None if self.cursor is None else serialization.decode(self.cursor)
+
+    @property
+    def resuming(self) -> bool:
+        return self.continues_from_id is not None
+
+    def read_metadata(self, key: str) -> Any:
+        return (self.metadata_json or {}).get(key)
+
+    def write_metadata(self, key: str, value: Any) -> None:
+        # Reassign (not mutate) so the ORM sees the change without MutableDict.
+        self.metadata_json = {**(self.metadata_json or {}), key: serialization.encode(value)}
+
+    @property
+    def reattempt_reason(self) -> str | None:
+        reason = self.read_metadata("reattempt_reason")
+        return reason if isinstance(reason, str) else None
+
+    @property
+    def exception_info(self) -> dict[str, Any] | None:
+        info = self.read_metadata("exception")
+        return info if isinstance(info, dict) else None
+
+    @property
+    def active(self) -> bool:
+        return self.state in (
+            ExecutionState.SCHEDULED,
+            ExecutionState.WAITING,
+            ExecutionState.IN_PROGRESS,
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"<StepExecution id={self.id} workflow_id={self.workflow_id} "
+            f"step={self.step_name!r} state={self.state} outcome={self.outcome}>"
+        )
+
+
+class Signal(Timestamps, Base):
+    """An event addressed to one workflow instance."""
+
+    __tablename__ = SIGNALS
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    workflow_id: Mapped[int] = mapped_column(Id, ForeignKey(f"{WORKFLOWS}.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(255))
+    idempotency_key: Mapped[str | None] = mapped_column(String(255))
+    state: Mapped[str] = mapped_column(String(32), default="pending", server_default="pending")
+    payload_json: Mapped[Any | None] = mapped_column("payload", Json)
+    claimed_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    consumed_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    claimed: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
+    consumed: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
+
+    __table_args__ = (
+        Index(
+            "ix_geneva_drive_signals_dedup", "workflow_id", "name", "idempotency_key", unique=True
+        ),
+        Index("ix_geneva_drive_signals_workflow_state", "workflow_id", "state"),
+    )
+
+    duplicate_delivery: bool = False  # per instance, set by Workflow.signal(); not a column
+
+    @property
+    def payload(self) -> Any:
+        return None if self.payload_json is None else serialization.decode(self.payload_json)
+
+    def __repr__(self) -> str:
+        return f"<Signal id={self.id} name={self.name!r} state={self.state}>"

@@ -1,0 +1,154 @@
+"""Operator verbs on a workflow row, outside any step: pause, resume, skip, cancel.
+
+Each runs in the caller's session and transaction, takes the workflow row lock and re-checks
+the state under it (another process may have moved the workflow since it was loaded), and
+leaves the database unchanged when it refuses.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from . import queries, scheduling
+from .backends.base import EnqueuedStep, enqueue_after_commit
+from .config import settings
+from .errors import InvalidStateError, StepNotDefinedError
+from .models import StepExecution
+from .states import ExecutionState, Outcome, WorkflowState
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
+    from .workflow import Workflow
+
+
+def _locked(workflow: Workflow) -> Session:
+    session = workflow.session
+    queries.lock_workflow(session, workflow.id)
+    return session
+
+
+def _refuse(workflow: Workflow, verb: str, allowed: str) -> InvalidStateError:
+    return InvalidStateError(
+        f"{type(workflow).__name__} id={workflow.id}: cannot {verb} a {workflow.state} "
+        f"workflow; {verb}() needs it to be {allowed}"
+    )
+
+
+def cancel_workflow(workflow: Workflow) -> None:
+    """Cancel. On a performing workflow the running step finishes and its result is kept."""
+    session = _locked(workflow)
+    if workflow.state not in (WorkflowState.READY, WorkflowState.PAUSED, WorkflowState.PERFORMING):
+        raise _refuse(workflow, "cancel", "ready, performing or paused")
+    now = settings().clock.now()
+    current = queries.current_execution(session, workflow.id)
+    # An in-progress row belongs to its worker: phase 3 records its result and sees "canceled".
+    if current is not None and current.state != ExecutionState.IN_PROGRESS:
+        current.state = ExecutionState.CANCELED
+        current.outcome = Outcome.CANCELED
+        current.canceled_at = now
+    scheduling.transition(workflow, WorkflowState.CANCELED, guarded=False)
+    session.flush()
+
+
+def pause_workflow(workflow: Workflow) -> None:
+    """Pause. The scheduled or waiting execution is kept for ``resume()``."""
+    session = _locked(workflow)
+    if workflow.state not in (WorkflowState.READY, WorkflowState.PERFORMING):
+        raise _refuse(workflow, "pause", "ready or performing")
+    scheduling.transition(workflow, WorkflowState.PAUSED, guarded=False)
+    session.flush()
+
+
+def skip_workflow(workflow: Workflow) -> None:
+    """Skip the current step of a ready or paused workflow and schedule the next one."""
+    session = _locked(workflow)
+    if workflow.state == WorkflowState.PAUSED:
+        scheduling.transition(workflow, WorkflowState.READY, guarded=False, transitioned_at=None)
+        workflow.current_step_name = None
+        from .signals import settle_for_skipped_paused
+
+        settle_for_skipped_paused(session, workflow)
+        scheduling.schedule_next_step(session, workflow)
+    elif workflow.state == WorkflowState.READY:
+        current = queries.current_execution(session, workflow.id)
+        if current is not None:
+            from .signals import settle_signal_for_skipped
+
+            settle_signal_for_skipped(session, current)
+            current.state = ExecutionState.SKIPPED
+            current.outcome = Outcome.SKIPPED
+            current.skipped_at = settings().clock.now()
+            workflow.next_step_name = current.step_name
+        scheduling.schedule_next_step(session, workflow)
+    else:
+        raise _refuse(workflow, "skip", "ready or paused (pause a performing one first)")
+    session.flush()
+
+
+def resume_workflow(workflow: Workflow) -> StepExecution | None:
+    """Continue a paused workflow; returns the execution that will run (or the parked one)."""
+    session = _locked(workflow)
+    if workflow.state != WorkflowState.PAUSED:
+        raise _refuse(workflow, "resume", "paused")
+    current = queries.current_execution(session, workflow.id)
+    # Paused while a step was running: it is still running, so the workflow is performing.
+    target = (
+        WorkflowState.PERFORMING
+        if current is not None and current.state == ExecutionState.IN_PROGRESS
+        else WorkflowState.READY
+    )
+    scheduling.transition(workflow, target, guarded=False, transitioned_at=None)
+    if current is not None:
+        if current.state == ExecutionState.WAITING:
+            from .signals import rendezvous
+
+            rendezvous(session, workflow, current)
+        elif current.state == ExecutionState.SCHEDULED:
+            step_def = workflow.steps.named(current.step_name)
+            options = workflow.merged_job_options(step_def) if step_def else {}
+            enqueue_after_commit(
+                session,
+                EnqueuedStep(
+                    current.id, workflow.id, current.step_name, current.scheduled_for, options
+                ),
+            )
+        session.flush()
+        return current
+    marker = queries.newest_paused_marker(session, workflow.id)
+    if marker is not None:
+        execution = scheduling.create_successor_execution(session, workflow, marker)
+        session.flush()
+        return execution
+    failed_with_cursor = [
+        e
+        for e in queries.executions_of_step(
+            session, workflow.id, workflow.next_step_name or "", state=ExecutionState.FAILED
+        )
+        if e.cursor is not None
+    ]
+    if failed_with_cursor and _step_is_resumable(workflow, failed_with_cursor[-1].step_name):
+        execution = scheduling.create_successor_execution(
+            session, workflow, failed_with_cursor[-1]
+        )
+        session.flush()
+        return execution
+    step_def = workflow.steps.named(workflow.next_step_name)
+    if step_def is None or step_def.removed:
+        known = ", ".join(d.name for d in workflow.steps.runnable() if d.name) or "none"
+        raise StepNotDefinedError(
+            f"{type(workflow).__name__} id={workflow.id}: cannot resume at step "
+            f"{workflow.next_step_name!r}, which is not defined any more; use "
+            f"resume_at('<step>') with one of: {known}, or declare "
+            f"removed_step({workflow.next_step_name!r}) to skip past it",
+            workflow=workflow,
+        )
+    workflow.current_step_name = None
+    execution = scheduling.create_step_execution(session, workflow, step_def)
+    session.flush()
+    return execution
+
+
+def _step_is_resumable(workflow: Workflow, name: str) -> bool:
+    step_def = workflow.steps.named(name)
+    return step_def is not None and step_def.resumable

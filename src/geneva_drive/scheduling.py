@@ -1,0 +1,145 @@
+"""Creating the next execution of a workflow: first step, next step, reschedule, successor.
+
+Every function here runs inside the caller's transaction and takes the workflow row lock
+itself (re-entrant if already held), so it is safe from request handlers, the executor and
+housekeeping alike. Wake-ups go to the backend after that transaction commits.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy.orm import Session
+
+from . import queries
+from .backends.base import EnqueuedStep, enqueue_after_commit
+from .config import settings
+from .models import StepExecution
+from .states import STAMPED_WORKFLOW_STATES, ExecutionState, WorkflowState, check_workflow_transition
+
+if TYPE_CHECKING:
+    from .steps import StepDefinition
+    from .workflow import Workflow
+
+
+def transition(workflow: Workflow, state: str, *, guarded: bool = True, **attrs: Any) -> None:
+    """Move the workflow to ``state``; stamp ``transitioned_at`` for paused/finished/canceled."""
+    if guarded:
+        check_workflow_transition(workflow.state, state)
+    if state != workflow.state and state in STAMPED_WORKFLOW_STATES:
+        workflow.transitioned_at = settings().clock.now()
+    workflow.state = state
+    for key, value in attrs.items():
+        setattr(workflow, key, value)
+
+
+def create_step_execution(
+    session: Session,
+    workflow: Workflow,
+    step_def: StepDefinition,
+    *,
+    wait: timedelta | None = None,
+    continues_from: StepExecution | None = None,
+    cursor: Any = None,
+    signal_id: int | None = None,
+) -> StepExecution:
+    """Sweep strays, insert a scheduled execution of ``step_def``, wake a worker after commit."""
+    now = settings().clock.now()
+    queries.lock_workflow(session, workflow.id)
+    queries.sweep_strays(session, workflow.id, now)
+    options = workflow.merged_job_options(step_def)
+    execution = StepExecution(
+        workflow_id=workflow.id,
+        step_name=step_def.name,
+        state=ExecutionState.SCHEDULED,
+        scheduled_for=now + wait if wait else now,
+        queue=options.get("queue") or "default",
+        priority=options.get("priority") or 0,
+        continues_from_id=continues_from.id if continues_from is not None else None,
+        cursor=cursor,
+        signal_id=signal_id,
+    )
+    session.add(execution)
+    workflow.next_step_name = step_def.name
+    session.flush()
+    enqueue_after_commit(
+        session,
+        EnqueuedStep(
+            execution_id=execution.id,
+            workflow_id=workflow.id,
+            step_name=execution.step_name,
+            scheduled_for=execution.scheduled_for,
+            job_options=options,
+        ),
+    )
+    return execution
+
+
+def finish_workflow(workflow: Workflow) -> None:
+    transition(
+        workflow, WorkflowState.FINISHED, guarded=False, current_step_name=None, next_step_name=None
+    )
+
+
+def schedule_first_step(session: Session, workflow: Workflow) -> StepExecution | None:
+    """First step in *positional* order (the gem used definition order — its bug H-2)."""
+    first = type(workflow).steps.next_after(None)
+    if first is None:
+        finish_workflow(workflow)
+        return None
+    return create_step_execution(session, workflow, first, wait=first.wait_delta)
+
+
+def schedule_next_step(
+    session: Session, workflow: Workflow, *, wait: timedelta | None = None
+) -> StepExecution | None:
+    """The step after the current one (or the one named next), or finish when there is none."""
+    reference = workflow.current_step_name or workflow.next_step_name
+    following = type(workflow).steps.next_after(reference)
+    if following is None:
+        finish_workflow(workflow)
+        return None
+    return create_step_execution(
+        session, workflow, following, wait=wait if wait is not None else following.wait_delta
+    )
+
+
+def reschedule_current_step(
+    session: Session, workflow: Workflow, *, wait: timedelta | None = None
+) -> StepExecution:
+    """A fresh execution of the current step; only the given wait applies (not the step's)."""
+    name = workflow.current_step_name or workflow.next_step_name
+    step_def = type(workflow).steps.named(name)
+    if step_def is None:
+        from .errors import StepNotDefinedError
+
+        raise StepNotDefinedError(
+            f"{type(workflow).__name__} id={workflow.id}: step {name!r} is not defined; "
+            f"known steps: {', '.join(type(workflow).steps.names) or 'none'}",
+            workflow=workflow,
+        )
+    return create_step_execution(session, workflow, step_def, wait=wait)
+
+
+def create_successor_execution(
+    session: Session,
+    workflow: Workflow,
+    predecessor: StepExecution,
+    *,
+    wait: timedelta | None = None,
+    rewind: bool = False,
+) -> StepExecution:
+    """Continue a resumable step in a new execution, carrying its cursor and signal pin."""
+    step_def = type(workflow).steps.named(predecessor.step_name)
+    if step_def is None:
+        return reschedule_current_step(session, workflow, wait=wait)
+    return create_step_execution(
+        session,
+        workflow,
+        step_def,
+        wait=wait,
+        continues_from=predecessor,
+        cursor=None if rewind else predecessor.cursor,
+        signal_id=predecessor.signal_id,
+    )

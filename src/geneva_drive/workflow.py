@@ -1,0 +1,464 @@
+"""``Workflow``: the mapped, polymorphic base class users subclass, and its class-level DSL.
+
+A subclass is a single-table-inheritance identity (its class name unless ``workflow_type`` is
+set). Its steps, policies, cancel conditions and job options are gathered when the class is
+created; every mistake in them raises ``StepConfigurationError`` right there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from datetime import datetime, timedelta
+from typing import Any, ClassVar
+
+from sqlalchemy.orm import mapperlib
+from sqlalchemy import inspect as sa_inspect
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Mapper, Session, object_session
+
+from . import queries, scheduling, serialization
+from .errors import (
+    InvalidStateError,
+    StepConfigurationError,
+    StepNotDefinedError,
+    WorkflowAlreadyOngoing,
+)
+from .flow import Action, FlowControl
+from .models import WORKFLOWS, Base, Signal, StepExecution, WorkflowColumns, workflow_table_args
+from .policy import ExceptionPolicy
+from .states import ExecutionState, Outcome, WorkflowState
+from .steps import StepCollection, StepDefinition, validate_job_options
+
+Hook = Callable[..., Any]
+
+
+class _FallbackIdentities(dict[Any, Mapper[Any]]):
+    """Polymorphic map that loads rows of vanished classes as the base ``Workflow``.
+
+    A deploy that deletes a workflow class must not make its rows unloadable: they stay
+    inspectable, and their steps fail as "not defined" (which pauses them) instead of crashing.
+    """
+
+    base: Mapper[Any]
+
+    def __missing__(self, key: Any) -> Mapper[Any]:
+        return self.base
+
+
+class Workflow(WorkflowColumns, Base):
+    """Base class of all workflows. Subclass it and declare steps with ``@step``."""
+
+    __tablename__ = WORKFLOWS
+    __table_args__ = workflow_table_args()
+    __mapper_args__: ClassVar[dict[str, Any]] = {
+        "polymorphic_on": "type",
+        "polymorphic_identity": "Workflow",
+    }
+
+    # Class-level configuration users set in their subclasses.
+    workflow_type: ClassVar[str | None] = None
+    job_options: ClassVar[dict[str, Any]] = {}
+    exception_policies: ClassVar[Sequence[ExceptionPolicy]] = ()
+    may_proceed_without_hero: ClassVar[bool] = False
+
+    # Gathered per class by __init_subclass__.
+    steps: ClassVar[StepCollection] = StepCollection([])
+    _step_definitions: ClassVar[list[StepDefinition]] = []
+    _exception_policies: ClassVar[list[ExceptionPolicy]] = []
+    _cancel_conditions: ClassVar[list[Hook]] = []
+    _job_options: ClassVar[dict[str, Any]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        _register_dsl(cls)
+        identity = cls.__dict__.get("workflow_type") or cls.__name__
+        _claim_identity(cls, identity)
+        cls.__mapper_args__ = {"polymorphic_identity": identity}
+        super().__init_subclass__(**kwargs)
+
+    # -- creating ------------------------------------------------------------------------
+
+    @classmethod
+    def create(
+        cls,
+        session: Session,
+        *,
+        hero: Any = None,
+        allow_multiple: bool = False,
+        step_job_options: dict[str, Any] | None = None,
+    ) -> Workflow:
+        """Start a workflow inside ``session``'s transaction; its first step runs after commit."""
+        if cls is Workflow:
+            raise StepConfigurationError(
+                "Workflow.create(): create a subclass of Workflow that declares steps"
+            )
+        workflow = cls()
+        workflow.allow_multiple = allow_multiple
+        workflow._set_hero(session, hero)
+        if step_job_options:
+            workflow.step_job_options = step_job_options
+        identity = cls.__mapper_args__["polymorphic_identity"]
+        if not allow_multiple and workflow.hero_type is not None:
+            existing = queries.find_ongoing_duplicate(
+                session, identity, workflow.hero_type, workflow.hero_id
+            )
+            if existing is not None:
+                raise workflow._already_ongoing(existing)
+        try:
+            # A savepoint, so that losing the race on the unique index leaves the caller's
+            # transaction usable (PostgreSQL would otherwise abort the whole transaction).
+            with session.begin_nested():
+                session.add(workflow)
+                session.flush()
+        except IntegrityError as error:
+            raise workflow._already_ongoing(None) from error
+        scheduling.schedule_first_step(session, workflow)
+        session.flush()
+        workflow.logger.info("created with %d step(s)", len(cls.steps))
+        return workflow
+
+    def _already_ongoing(self, existing_id: int | None) -> WorkflowAlreadyOngoing:
+        which = f" (id={existing_id})" if existing_id is not None else ""
+        return WorkflowAlreadyOngoing(
+            f"{type(self).__name__}: an ongoing workflow{which} already exists for hero "
+            f"{self.hero_type} id={self.hero_id}; wait for it to finish, cancel it, or pass "
+            "allow_multiple=True"
+        )
+
+    # -- the hero ------------------------------------------------------------------------
+
+    def _set_hero(self, session: Session, hero: Any) -> None:
+        if hero is None:
+            self.hero_type = self.hero_id = None
+            return
+        try:
+            state = sa_inspect(hero)
+            mapper = state.mapper
+        except Exception:
+            raise StepConfigurationError(
+                f"{type(self).__name__}.create(hero=...): the hero must be an instance of a "
+                f"mapped SQLAlchemy class, got {hero!r}"
+            ) from None
+        if len(mapper.primary_key) != 1:
+            raise StepConfigurationError(
+                f"{type(self).__name__}.create(hero=...): {type(hero).__name__} has a "
+                f"composite primary key; heroes need a single-column key (int, str or UUID)"
+            )
+        if state.identity is None:
+            session.add(hero)
+            session.flush([hero])
+        self.hero_type = type(hero).__name__
+        self.hero_id = str(sa_inspect(hero).identity[0])
+        self.__dict__["_gd_hero"] = hero
+
+    @property
+    def hero(self) -> Any:
+        """The domain record this workflow is about, or None (deleted, or never set)."""
+        if self.hero_type is None or self.hero_id is None:
+            return None
+        cached = self.__dict__.get("_gd_hero")
+        if cached is not None:
+            return cached
+        session = object_session(self)
+        if session is None:
+            return None
+        cls = resolve_hero_class(self.hero_type)
+        key_type = cls.__mapper__.primary_key[0].type.python_type
+        key: Any = self.hero_id
+        if key_type is int:
+            key = int(key)
+        elif key_type is uuid.UUID:
+            key = uuid.UUID(key)
+        hero = session.get(cls, key)
+        if hero is not None:
+            self.__dict__["_gd_hero"] = hero
+        return hero
+
+    # -- reading state -------------------------------------------------------------------
+
+    @property
+    def session(self) -> Session:
+        session = object_session(self)
+        if session is None:
+            raise InvalidStateError(
+                f"{self._label}: this workflow is not attached to a session; load it with "
+                "session.get(...) first"
+            )
+        return session
+
+    @property
+    def current_execution(self) -> StepExecution | None:
+        return queries.current_execution(self.session, self.id)
+
+    @property
+    def execution_history(self) -> Sequence[StepExecution]:
+        return queries.execution_history(self.session, self.id)
+
+    step_executions = execution_history
+
+    @property
+    def received_signal(self) -> Signal | None:
+        """Inside a ``wait_for=`` step: the signal that woke it."""
+        return self.__dict__.get("_gd_received_signal")
+
+    @property
+    def ongoing(self) -> bool:
+        return self.state not in (WorkflowState.FINISHED, WorkflowState.CANCELED)
+
+    @property
+    def previous_step_name(self) -> str | None:
+        reference = self.current_step_name or self.next_step_name
+        if reference is None:
+            last = self.steps[-1] if self.state == WorkflowState.FINISHED and self.steps else None
+            return last.name if last else None
+        previous = self.steps.previous_before(reference)
+        return previous.name if previous else None
+
+    @property
+    def _label(self) -> str:
+        return f"{type(self).__name__} id={self.id}"
+
+    @property
+    def logger(self) -> logging.LoggerAdapter[logging.Logger]:
+        from .events import workflow_logger
+
+        return workflow_logger(self)
+
+    # -- metadata and job options --------------------------------------------------------
+
+    def read_metadata(self, key: str) -> Any:
+        value = (self.metadata_json or {}).get(key)
+        return None if value is None else serialization.decode(value)
+
+    def write_metadata(self, key: str, value: Any) -> None:
+        data = dict(self.metadata_json or {})
+        if value is None:
+            data.pop(key, None)
+        else:
+            data[key] = serialization.encode(value)
+        self.metadata_json = data or None
+
+    @property
+    def step_job_options(self) -> dict[str, Any]:
+        return dict(self.read_metadata("step_job_options") or {})
+
+    @step_job_options.setter
+    def step_job_options(self, options: dict[str, Any] | None) -> None:
+        validated = validate_job_options(options or None, f"{type(self).__name__}.step_job_options")
+        self.write_metadata("step_job_options", validated or None)
+
+    def merged_job_options(self, step_def: StepDefinition) -> dict[str, Any]:
+        """Class options, then this instance's, then the step's: later wins."""
+        return {**self._job_options, **self.step_job_options, **(step_def.job_options or {})}
+
+    # -- hooks (override in subclasses) --------------------------------------------------
+
+    def before_step_execution(self, execution: StepExecution) -> None:
+        """Runs after the step was claimed, before its body."""
+
+    def after_step_execution(self, execution: StepExecution) -> None:
+        """Runs after the body returned, raised or used flow control; before the outcome."""
+
+    def around_step_execution(self, execution: StepExecution, proceed: Callable[[], Any]) -> Any:
+        """Wraps the body; must call ``proceed()`` and return its result."""
+        return proceed()
+
+    # -- flow control: inside a step these raise, outside they act on the row -----------
+
+    @contextlib.contextmanager
+    def _in_step_context(self) -> Iterator[None]:
+        previous = self.__dict__.get("_gd_in_step", False)
+        self.__dict__["_gd_in_step"] = True
+        try:
+            yield
+        finally:
+            self.__dict__["_gd_in_step"] = previous
+
+    @property
+    def _in_step(self) -> bool:
+        return bool(self.__dict__.get("_gd_in_step"))
+
+    def reattempt(self, wait: timedelta | float | None = None, rewind: bool = False) -> None:
+        """Inside a step: stop now and run this step again (after ``wait``)."""
+        self._require_in_step("reattempt")
+        delta = timedelta(seconds=wait) if isinstance(wait, int | float) else wait
+        raise FlowControl(Action.REATTEMPT, wait=delta, rewind=rewind)
+
+    def finish(self) -> None:
+        """Inside a step: stop now, keep the step's work, and finish the whole workflow."""
+        self._require_in_step("finish")
+        raise FlowControl(Action.FINISH)
+
+    def suspend(self, wait: timedelta | float | None = None) -> None:
+        """Inside a resumable step: stop now and continue from the cursor after ``wait``."""
+        self._require_in_step("suspend")
+        step_def = self.steps.named(self.current_step_name)
+        if step_def is None or not step_def.resumable:
+            raise InvalidStateError(
+                f"{self._label}: suspend() can only be called from inside a resumable step; "
+                f"step {self.current_step_name!r} is not one (use reattempt(wait=...) instead)"
+            )
+        delta = timedelta(seconds=wait) if isinstance(wait, int | float) else wait
+        raise FlowControl(Action.SUSPEND, wait=delta)
+
+    def _require_in_step(self, verb: str) -> None:
+        if not self._in_step:
+            raise InvalidStateError(
+                f"{self._label}: {verb}() can only be called inside a running step"
+            )
+
+    def cancel(self) -> None:
+        """Inside a step: stop and cancel. Outside: cancel this workflow in your transaction."""
+        if self._in_step:
+            raise FlowControl(Action.CANCEL)
+        from .operations import cancel_workflow
+
+        cancel_workflow(self)
+
+    def pause(self) -> None:
+        """Inside a step: stop and pause. Outside: pause; a running step finishes first."""
+        if self._in_step:
+            raise FlowControl(Action.PAUSE)
+        from .operations import pause_workflow
+
+        pause_workflow(self)
+
+    def skip(self) -> None:
+        """Inside a step: stop and move on. Outside: skip the current step of a ready/paused one."""
+        if self._in_step:
+            raise FlowControl(Action.SKIP)
+        from .operations import skip_workflow
+
+        skip_workflow(self)
+
+    def resume(self) -> StepExecution | None:
+        """Continue a paused workflow; returns the execution that will run next."""
+        from .operations import resume_workflow
+
+        return resume_workflow(self)
+
+    def signal(
+        self, name: str, payload: Any = None, idempotency_key: str | None = None
+    ) -> Signal:
+        """Deliver an event to this workflow, inside the caller's transaction."""
+        from .signals import deliver_signal
+
+        return deliver_signal(self, name, payload=payload, idempotency_key=idempotency_key)
+
+    def __repr__(self) -> str:
+        return (
+            f"<{type(self).__name__} id={self.id} state={self.state} "
+            f"next_step={self.next_step_name!r}>"
+        )
+
+
+_identities = Workflow.__mapper__.polymorphic_map
+_fallback = _FallbackIdentities(_identities)
+_fallback.base = Workflow.__mapper__
+Workflow.__mapper__.polymorphic_map = _fallback
+
+
+def _claim_identity(cls: type[Workflow], identity: str) -> None:
+    existing = Workflow.__mapper__.polymorphic_map.get(identity)
+    if existing is None:
+        return
+    other = existing.class_
+    if (other.__module__, other.__qualname__) == (cls.__module__, cls.__qualname__):
+        return  # the same class defined again (a module reload, a test run twice)
+    raise StepConfigurationError(
+        f"{cls.__module__}.{cls.__qualname__}: workflow type {identity!r} is already used by "
+        f"{other.__module__}.{other.__qualname__}; set workflow_type = '<unique name>' on one "
+        "of them"
+    )
+
+
+def _parent(cls: type[Workflow]) -> type[Workflow]:
+    return next(b for b in cls.__mro__[1:] if isinstance(b, type) and issubclass(b, Workflow))
+
+
+def _register_dsl(cls: type[Workflow]) -> None:
+    parent = _parent(cls)
+    definitions = list(parent._step_definitions)
+    names = [d.name for d in definitions if d.name is not None]
+    for value in list(cls.__dict__.values()):
+        if isinstance(value, StepDefinition):
+            group = [value]
+        elif (
+            isinstance(value, list | tuple)
+            and value
+            and all(isinstance(v, StepDefinition) for v in value)
+        ):
+            group = list(value)
+        else:
+            continue
+        for definition in group:
+            if definition.name is None:
+                definition.name = f"step_{len(definitions) + 1}"
+            definition.validate(cls.__name__, names)
+            definitions.append(definition)
+            names.append(definition.name)
+    cls._step_definitions = definitions
+    cls.steps = StepCollection(definitions)
+
+    own_policies = cls.__dict__.get("exception_policies", ())
+    if isinstance(own_policies, ExceptionPolicy):
+        own_policies = [own_policies]
+    for policy in own_policies:
+        if not isinstance(policy, ExceptionPolicy):
+            raise StepConfigurationError(
+                f"{cls.__name__}.exception_policies: expected ExceptionPolicy objects, got "
+                f"{policy!r}"
+            )
+    cls._exception_policies = [*parent._exception_policies, *own_policies]
+
+    conditions = list(parent._cancel_conditions)
+    if "cancel_if" in cls.__dict__:
+        condition = cls.__dict__["cancel_if"]
+        if not callable(condition):
+            raise StepConfigurationError(
+                f"{cls.__name__}.cancel_if must be a method returning bool, got {condition!r}"
+            )
+        conditions.append(condition)
+    cls._cancel_conditions = conditions
+
+    own_options = validate_job_options(
+        cls.__dict__.get("job_options"), f"{cls.__name__}.job_options"
+    )
+    cls._job_options = {**parent._job_options, **(own_options or {})}
+
+    for hook in ("before_step_execution", "after_step_execution", "around_step_execution"):
+        if hook in cls.__dict__ and not callable(cls.__dict__[hook]):
+            raise StepConfigurationError(f"{cls.__name__}.{hook} must be a method")
+
+
+_hero_classes: dict[str, type[Any]] = {}
+
+
+def resolve_hero_class(name: str) -> type[Any]:
+    """The mapped class called ``name`` in any SQLAlchemy registry of this process."""
+    found = _hero_classes.get(name)
+    if found is not None:
+        return found
+    # SQLAlchemy keeps no public list of registries; this private set is stable since 1.4.
+    for registry in list(mapperlib._all_registries()):
+        for mapper in registry.mappers:
+            if mapper.class_.__name__ == name:
+                _hero_classes[name] = mapper.class_
+                return mapper.class_
+    raise LookupError(
+        f"hero_type {name!r} names no mapped class in this process; import the module that "
+        "defines it before running workflows"
+    )
+
+
+def cancel_conditions_hold(workflow: Workflow) -> bool:
+    return any(bool(condition(workflow)) for condition in workflow._cancel_conditions)
+
+
+def now_plus(wait: timedelta | None, now: datetime) -> datetime:
+    return now + wait if wait else now
+
+
+__all__ = ["ExecutionState", "Outcome", "StepNotDefinedError", "Workflow"]

@@ -1,0 +1,265 @@
+"""The shipped Alembic migrations: they build exactly the models' schema, on every backend.
+
+Each test gets a fresh, empty database (``empty_engine``, from conftest) of each backend.
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from alembic import command
+from alembic.autogenerate import compare_metadata
+from alembic.util import CommandError
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+
+import geneva_drive.workflow  # noqa: F401  (registers geneva_drive_workflows on Base.metadata)
+from geneva_drive import migrate
+from geneva_drive.models import Base
+
+OUR_TABLES = {"geneva_drive_workflows", "geneva_drive_step_executions", "geneva_drive_signals"}
+
+
+def _head() -> str:
+    head = ScriptDirectory.from_config(migrate.alembic_config()).get_current_head()
+    assert head is not None
+    return head
+
+
+def _tables(engine: sa.Engine) -> set[str]:
+    return set(sa.inspect(engine).get_table_names())
+
+
+def _schema_diff(engine: sa.Engine) -> list[Any]:
+    """Alembic autogenerate's differences between the live database and ``Base.metadata``."""
+
+    def include_name(name: str | None, type_: str, parent_names: Any) -> bool:
+        return not (type_ == "table" and name == migrate.VERSION_TABLE)
+
+    with engine.connect() as conn:
+        context = MigrationContext.configure(
+            conn,
+            opts={
+                "compare_type": True,
+                "compare_server_default": True,
+                "include_name": include_name,
+            },
+        )
+        return list(compare_metadata(context, Base.metadata))
+
+
+def _snapshot(engine: sa.Engine) -> dict[str, Any]:
+    """Everything reflection tells about our tables, in a comparable form.
+
+    Unlike ``compare_metadata`` this includes partial-index predicates and constraint names.
+    """
+    inspector = sa.inspect(engine)
+    dialect = engine.dialect
+    snapshot: dict[str, Any] = {}
+    for table in sorted(OUR_TABLES & set(inspector.get_table_names())):
+        columns = [
+            (
+                column["name"],
+                column["type"].compile(dialect=dialect),
+                column["nullable"],
+                column.get("default"),
+            )
+            for column in inspector.get_columns(table)
+        ]
+        indexes = sorted(
+            (
+                index["name"],
+                tuple(index["column_names"]),
+                index["unique"],
+                sorted((k, str(v)) for k, v in index.get("dialect_options", {}).items()),
+            )
+            for index in inspector.get_indexes(table)
+        )
+        foreign_keys = sorted(
+            (fk["name"], tuple(fk["constrained_columns"]), fk["referred_table"], fk["options"])
+            for fk in inspector.get_foreign_keys(table)
+        )
+        snapshot[table] = {
+            "columns": columns,
+            "primary_key": inspector.get_pk_constraint(table),
+            "foreign_keys": foreign_keys,
+            "indexes": indexes,
+            "unique_constraints": inspector.get_unique_constraints(table),
+        }
+    return snapshot
+
+
+def _downgrade(engine: sa.Engine, revision: str = "base") -> None:
+    with engine.begin() as conn:
+        command.downgrade(migrate.alembic_config(conn), revision)
+
+
+# --- (a) the migrations build the models' schema ------------------------------------------------
+
+
+def test_install_builds_exactly_the_models_schema(empty_engine: sa.Engine):
+    migrate.install(empty_engine)
+
+    assert _tables(empty_engine) == OUR_TABLES | {migrate.VERSION_TABLE}
+    # Nothing is ignored: types, nullability, server defaults, indexes and FKs all match.
+    assert _schema_diff(empty_engine) == []
+
+
+def test_migrated_schema_reflects_identically_to_create_all(empty_engine: sa.Engine):
+    # compare_metadata does not look at partial-index predicates or constraint names; reflection
+    # does. So reflect the migrated schema, rebuild it from the models, and compare the two.
+    migrate.install(empty_engine)
+    migrated = _snapshot(empty_engine)
+    _downgrade(empty_engine)
+    with empty_engine.begin() as conn:
+        Base.metadata.create_all(conn)
+    from_models = _snapshot(empty_engine)
+
+    assert set(migrated) == OUR_TABLES
+    assert migrated == from_models
+    partial = {
+        index[0]
+        for table in migrated.values()
+        for index in table["indexes"]
+        if any(key.endswith("_where") for key, _ in index[3])
+    }
+    # On both backends the predicates survive (SQLite and PostgreSQL reflect them).
+    assert partial == {
+        "ix_geneva_drive_workflows_unique_ongoing",
+        "ix_geneva_drive_step_executions_one_active",
+        "ix_geneva_drive_step_executions_in_progress_started_at",
+        "ix_geneva_drive_step_executions_due",
+        "ix_geneva_drive_step_executions_lease",
+    }
+
+
+def test_there_is_a_single_head_and_install_reaches_it(empty_engine: sa.Engine):
+    assert migrate.current_revision(empty_engine) is None
+    migrate.install(empty_engine)
+    assert migrate.current_revision(empty_engine) == _head()
+
+
+# --- (b) install is idempotent -------------------------------------------------------------------
+
+
+def test_install_twice_is_a_no_op(empty_engine: sa.Engine):
+    migrate.install(empty_engine)
+    schema = _snapshot(empty_engine)
+    with empty_engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "INSERT INTO geneva_drive_workflows (type, created_at, updated_at) "
+                "VALUES ('Probe', :now, :now)"
+            ),
+            {"now": datetime(2025, 1, 1)},
+        )
+
+    statements: list[str] = []
+
+    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        statements.append(statement)
+
+    sa.event.listen(empty_engine, "before_cursor_execute", record)
+    try:
+        migrate.install(empty_engine)
+    finally:
+        sa.event.remove(empty_engine, "before_cursor_execute", record)
+
+    # Only reads: the version table and reflection. No DDL, no version bump.
+    writes = ("CREATE", "ALTER", "DROP", "INSERT", "UPDATE", "DELETE")
+    assert [s for s in statements if s.lstrip().upper().startswith(writes)] == []
+    assert _snapshot(empty_engine) == schema
+    assert migrate.current_revision(empty_engine) == _head()
+    with empty_engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT type FROM geneva_drive_workflows")).scalars().all() == [
+            "Probe"
+        ]
+
+
+def test_concurrent_installs_do_not_collide(empty_engine: sa.Engine):
+    # Several application processes booting at once all call install(); exactly one creates.
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(3)
+
+    def run() -> None:
+        try:
+            barrier.wait()
+            migrate.install(empty_engine)
+        except BaseException as error:  # re-raised in the main thread below
+            errors.append(error)
+
+    threads = [threading.Thread(target=run) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    assert errors == []
+    assert migrate.current_revision(empty_engine) == _head()
+    assert _schema_diff(empty_engine) == []
+
+
+# --- (c) our own version table -------------------------------------------------------------------
+
+
+def test_the_revision_lives_in_our_own_version_table(empty_engine: sa.Engine):
+    migrate.install(empty_engine)
+
+    assert migrate.VERSION_TABLE == "geneva_drive_alembic_version"
+    assert "alembic_version" not in _tables(empty_engine)
+    with empty_engine.connect() as conn:
+        rows = conn.execute(sa.text("SELECT version_num FROM geneva_drive_alembic_version")).all()
+    assert rows == [(_head(),)]
+
+
+def test_the_applications_alembic_version_is_untouched(empty_engine: sa.Engine):
+    with empty_engine.begin() as conn:
+        conn.execute(sa.text("CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL)"))
+        conn.execute(sa.text("INSERT INTO alembic_version VALUES ('app_rev_42')"))
+
+    migrate.install(empty_engine)
+    _downgrade(empty_engine)
+    migrate.install(empty_engine)
+
+    with empty_engine.connect() as conn:
+        rows = conn.execute(sa.text("SELECT version_num FROM alembic_version")).all()
+    assert rows == [("app_rev_42",)]
+    assert migrate.current_revision(empty_engine) == _head()
+
+
+# --- (d) downgrade ------------------------------------------------------------------------------
+
+
+def test_downgrade_to_base_removes_our_tables(empty_engine: sa.Engine):
+    migrate.install(empty_engine)
+    _downgrade(empty_engine)
+
+    # Alembic keeps its (now empty) version table; every table of ours is gone.
+    assert _tables(empty_engine) == {migrate.VERSION_TABLE}
+    assert migrate.current_revision(empty_engine) is None
+    if empty_engine.dialect.name == "postgresql":
+        with empty_engine.connect() as conn:
+            sequences = conn.execute(
+                sa.text("SELECT relname FROM pg_class WHERE relkind = 'S'")
+            ).all()
+        assert sequences == []
+
+    # And the round trip works.
+    migrate.install(empty_engine)
+    assert _schema_diff(empty_engine) == []
+
+
+def test_upgrade_to_an_explicit_revision(empty_engine: sa.Engine):
+    migrate.upgrade(empty_engine, "0001")
+    assert migrate.current_revision(empty_engine) == "0001"
+    assert OUR_TABLES <= _tables(empty_engine)
+
+
+def test_upgrade_to_an_unknown_revision_changes_nothing(empty_engine: sa.Engine):
+    with pytest.raises(CommandError, match="nonexistent"):
+        migrate.upgrade(empty_engine, "nonexistent")
+    assert _tables(empty_engine) == set()
