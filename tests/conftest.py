@@ -286,3 +286,38 @@ def empty_engine(database_url: str) -> Iterator[sa.Engine]:
     engine = geneva_drive.create_engine(database_url)
     yield engine
     engine.dispose()
+
+
+# --- a configured geneva-drive runtime for behaviour tests --------------------------------------
+
+
+@pytest.fixture
+def clock() -> Any:
+    from geneva_drive import FrozenClock
+
+    return FrozenClock()
+
+
+@pytest.fixture
+def gd(engine: sa.Engine, clock: Any) -> Iterator[Any]:
+    """geneva-drive configured on ``engine`` with a frozen clock and the database backend.
+
+    The test application's tables (tests.support.app) are created too. Yields the Settings.
+    """
+    from geneva_drive import DatabaseBackend
+    from geneva_drive.config import configured
+    from tests.support.app import AppBase
+
+    AppBase.metadata.create_all(engine)
+    with configured(engine=engine, clock=clock, backend=DatabaseBackend()) as settings:
+        yield settings
+
+
+@pytest.fixture
+def session(gd: Any) -> Iterator[Any]:
+    """An application session on the configured engine (expire_on_commit off, like most apps
+    that hand objects to templates)."""
+    from sqlalchemy.orm import Session
+
+    with Session(gd.engine, expire_on_commit=False) as s:
+        yield s

@@ -148,7 +148,7 @@ class Workflow(WorkflowColumns, Base):
             )
         if state.identity is None:
             session.add(hero)
-            session.flush([hero])
+            session.flush()
         self.hero_type = type(hero).__name__
         self.hero_id = str(sa_inspect(hero).identity[0])
         self.__dict__["_gd_hero"] = hero
