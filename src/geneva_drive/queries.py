@@ -206,6 +206,9 @@ def claim_due_execution(
         .join(wf, wf.id == StepExecution.workflow_id)
         .where(StepExecution.state == ExecutionState.SCHEDULED)
         .where(StepExecution.scheduled_for <= now)
+        # Only ready workflows: a paused one keeps its row for resume(), and claiming it
+        # would be a no-op that a worker repeats forever.
+        .where(wf.state == WorkflowState.READY)
         .order_by(StepExecution.priority, StepExecution.scheduled_for)
         .limit(1)
         .with_for_update(of=wf, skip_locked=True)
