@@ -15,7 +15,7 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
-from sqlalchemy import String, func, select
+from sqlalchemy import Engine, String, func, select
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from .config import configured
@@ -117,6 +117,7 @@ def run_demo(path: Path) -> None:
     install(engine)
     DemoBase.metadata.create_all(engine)
     started = time.monotonic()
+
     def report(error: BaseException, context: dict[str, object]) -> None:
         console.print(
             f"[red]reported:[/] {type(error).__name__}: {error} in "
@@ -125,9 +126,10 @@ def run_demo(path: Path) -> None:
         )
 
     logging.getLogger("geneva_drive").setLevel(logging.ERROR)  # the timelines tell the story
-    with configured(engine=engine, error_reporter=report) as config, Session(
-        engine, expire_on_commit=False
-    ) as s:
+    with (
+        configured(engine=engine, error_reporter=report) as config,
+        Session(engine, expire_on_commit=False) as s,
+    ):
         s.add(DemoWarehouse(id=1, open=False))
         ada = DemoCustomer(name="Ada", wants_tips=True)
         bob = DemoCustomer(name="Bob", wants_tips=False)
@@ -154,28 +156,37 @@ def run_demo(path: Path) -> None:
             return left == 0
 
         worker = Worker(config=config, poll_interval=0.2)
-        thread = threading.Thread(target=worker.run, kwargs={"until": all_done, "install_signals": False})
+        thread = threading.Thread(
+            target=worker.run, kwargs={"until": all_done, "install_signals": False}
+        )
         thread.start()
         _operator_opens_warehouse(engine, workflows[3].id, console)
         thread.join(timeout=50)
         if thread.is_alive():
             worker.stop()
             thread.join()
-        console.print(f"[bold]Done[/] in {time.monotonic() - started:.1f}s: {worker.steps_run} step runs\n")
+        console.print(
+            f"[bold]Done[/] in {time.monotonic() - started:.1f}s: {worker.steps_run} step runs\n"
+        )
         for wf_id in ids:
             _print_timeline(console, engine, wf_id)
 
 
-def _operator_opens_warehouse(engine: object, workflow_id: int, console: Console) -> None:
+def _operator_opens_warehouse(engine: Engine, workflow_id: int, console: Console) -> None:
     """Plays the operator: waits for the fulfillment to pause, opens the warehouse, resumes."""
     deadline = time.monotonic() + 30
-    with Session(engine) as s:  # type: ignore[call-overload]
+    with Session(engine) as s:
         while time.monotonic() < deadline:
-            wf = s.get(Workflow, workflow_id)
-            s.refresh(wf)
+            wf = s.get(Workflow, workflow_id, populate_existing=True)
+            assert wf is not None
             if wf.state == "paused":
-                console.print("[yellow]operator:[/] fulfillment paused (warehouse closed) — opening it and resuming")
-                s.get(DemoWarehouse, 1).open = True
+                console.print(
+                    "[yellow]operator:[/] fulfillment paused (warehouse closed) — "
+                    "opening it and resuming"
+                )
+                warehouse = s.get(DemoWarehouse, 1)
+                assert warehouse is not None
+                warehouse.open = True
                 wf.resume()
                 s.commit()
                 return
@@ -183,9 +194,10 @@ def _operator_opens_warehouse(engine: object, workflow_id: int, console: Console
             time.sleep(0.2)  # a human operator, not a test: polling is fine here
 
 
-def _print_timeline(console: Console, engine: object, workflow_id: int) -> None:
-    with Session(engine) as s:  # type: ignore[call-overload]
+def _print_timeline(console: Console, engine: Engine, workflow_id: int) -> None:
+    with Session(engine) as s:
         wf = s.get(Workflow, workflow_id)
+        assert wf is not None
         history = wf.execution_history
         origin = history[0].created_at if history else datetime.now()
         table = Table(

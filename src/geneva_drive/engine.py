@@ -33,25 +33,6 @@ def prepare_engine(engine: Engine) -> Engine:
     event.listen(engine, "connect", _configure_sqlite_connection)
     event.listen(engine, "begin", _begin_immediate)
     return engine
-    engine.info[_PREPARED] = True
-
-    @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
-        # Let us issue BEGIN ourselves (pysqlite otherwise emits a deferred BEGIN lazily).
-        dbapi_connection.isolation_level = None
-        cursor = dbapi_connection.cursor()
-        cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
-        cursor.execute("PRAGMA foreign_keys = ON")
-        if engine.url.database not in (None, "", ":memory:"):
-            cursor.execute("PRAGMA journal_mode = WAL")
-            cursor.execute("PRAGMA synchronous = NORMAL")
-        cursor.close()
-
-    @event.listens_for(engine, "begin")
-    def _on_begin(connection: Any) -> None:
-        connection.exec_driver_sql("BEGIN IMMEDIATE")
-
-    return engine
 
 
 def _configure_sqlite_connection(dbapi_connection: Any, _record: Any) -> None:

@@ -340,9 +340,12 @@ def _perform(
             # Hook errors count as step errors (the gem let them escape and strand the row).
             try:
                 workflow.before_step_execution(execution)
-                result = workflow.around_step_execution(execution, body)
-                if not isinstance(result, Completed | Interrupted | FlowControl | Failed):
-                    result = Completed()
+                returned = workflow.around_step_execution(execution, body)
+                result: Result = (
+                    returned
+                    if isinstance(returned, Completed | Interrupted | FlowControl | Failed)
+                    else Completed()  # an around hook that returned something else
+                )
                 workflow.after_step_execution(execution)
             except FlowControl as flow:
                 result = flow
@@ -587,7 +590,9 @@ def _reschedule(
 ) -> None:
     workflow.current_step_name = execution.step_name
     if step_def is not None and step_def.resumable:
-        scheduling.create_successor_execution(session, workflow, execution, wait=wait, rewind=rewind)
+        scheduling.create_successor_execution(
+            session, workflow, execution, wait=wait, rewind=rewind
+        )
     else:
         scheduling.reschedule_current_step(session, workflow, wait=wait)
 
@@ -629,4 +634,6 @@ def _store_error(execution: StepExecution, error: BaseException) -> None:
 
 def _qualified(error: BaseException) -> str:
     cls = type(error)
-    return cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+    if cls.__module__ == "builtins":
+        return cls.__qualname__
+    return f"{cls.__module__}.{cls.__qualname__}"

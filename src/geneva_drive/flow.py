@@ -21,7 +21,7 @@ class Action(StrEnum):
 
 
 @dataclass
-class FlowControl(BaseException):  # noqa: N818 - a signal, not an error
+class FlowControl(BaseException):
     """Raised by a flow-control verb inside a step; never escapes the executor."""
 
     action: Action

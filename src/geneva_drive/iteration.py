@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from .workflow import Workflow
 
 
-class _Interrupt(BaseException):  # noqa: N818 - internal control flow, caught below
+class _Interrupt(BaseException):
     def __init__(self, wait: timedelta | None = None) -> None:
         super().__init__()
         self.wait = wait
@@ -107,7 +107,7 @@ class IterableStep:
     def iterate_over_records(
         self, statement: Select[Any], *, cursor_column: Any = None, batch_size: int = 500
     ) -> Iterator[Any]:
-        """Yield ORM rows in ascending ``cursor_column`` order (keyset pages), checkpointing each."""
+        """Yield rows in ascending ``cursor_column`` order (keyset pages); checkpoint each."""
         for batch in self.iterate_over_batches(
             statement, batch_size=batch_size, cursor_column=cursor_column, _per_item=True
         ):
@@ -175,7 +175,10 @@ class IterableStep:
         if limit is not None and self.iterations >= limit:
             return True
         runtime = self._step.max_runtime
-        if isinstance(runtime, timedelta) and time.monotonic() - self._started > runtime.total_seconds():
+        if (
+            isinstance(runtime, timedelta)
+            and time.monotonic() - self._started > runtime.total_seconds()
+        ):
             return True
         if self._options.should_exit is not None and self._options.should_exit():
             return True

@@ -128,9 +128,7 @@ def resume_workflow(workflow: Workflow) -> StepExecution | None:
         if e.cursor is not None
     ]
     if failed_with_cursor and _step_is_resumable(workflow, failed_with_cursor[-1].step_name):
-        execution = scheduling.create_successor_execution(
-            session, workflow, failed_with_cursor[-1]
-        )
+        execution = scheduling.create_successor_execution(session, workflow, failed_with_cursor[-1])
         session.flush()
         return execution
     step_def = workflow.steps.named(workflow.next_step_name)

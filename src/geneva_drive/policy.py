@@ -100,7 +100,7 @@ class ExceptionPolicy:
 
     def __init__(
         self,
-        action: str | None = None,
+        action: Any = None,
         *,
         matching: Matcher | Iterable[Matcher] | None = None,
         wait: WaitSpec = None,
@@ -109,8 +109,14 @@ class ExceptionPolicy:
         report: str = "always",
         handler: Handler | None = None,
     ) -> None:
-        if callable(action) and handler is None:
+        # An exception class is callable too, but never meant as a handler.
+        if callable(action) and handler is None and not isinstance(action, type):
             action, handler = None, action
+        if isinstance(action, type) and issubclass(action, BaseException):
+            raise PolicyError(
+                f"ExceptionPolicy({action.__name__}): the first argument is the action; to match "
+                f"this exception write ExceptionPolicy('pause', matching={action.__name__})"
+            )
         if report not in REPORTS:
             raise PolicyError(f"report= must be one of {', '.join(REPORTS)}; got {report!r}")
         if handler is not None:
@@ -132,7 +138,9 @@ class ExceptionPolicy:
                 if wait is not None:
                     raise PolicyError(f"wait= only applies to 'reattempt', not {action!r}")
                 if max_reattempts is not None:
-                    raise PolicyError(f"max_reattempts= only applies to 'reattempt', not {action!r}")
+                    raise PolicyError(
+                        f"max_reattempts= only applies to 'reattempt', not {action!r}"
+                    )
                 if terminal_action != "pause":
                     raise PolicyError(
                         f"terminal_action= only applies to 'reattempt', not {action!r}"
@@ -300,7 +308,7 @@ def resolve(
     if policy.handler is not None:
         action, wait = _run_handler(policy.handler, workflow, error)
     else:
-        action = Action(policy.action)
+        action = Action(str(policy.action))
         wait = wait_for_attempt(policy.wait, reattempt_count, error)
     if action is Action.REATTEMPT and cap is not None and reattempt_count >= cap:
         return Decision(Action(policy.terminal_action), None, True, policy.report, policy)

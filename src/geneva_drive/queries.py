@@ -163,7 +163,9 @@ def executions_of_step(
     )
     for column, value in filters.items():
         stmt = stmt.where(getattr(StepExecution, column) == value)
-    return session.execute(stmt.order_by(StepExecution.created_at, StepExecution.id)).scalars().all()
+    return (
+        session.execute(stmt.order_by(StepExecution.created_at, StepExecution.id)).scalars().all()
+    )
 
 
 def newest_paused_marker(session: Session, workflow_id: int) -> StepExecution | None:

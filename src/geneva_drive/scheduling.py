@@ -16,7 +16,12 @@ from . import queries
 from .backends.base import EnqueuedStep, enqueue_after_commit
 from .config import settings
 from .models import StepExecution
-from .states import STAMPED_WORKFLOW_STATES, ExecutionState, WorkflowState, check_workflow_transition
+from .states import (
+    STAMPED_WORKFLOW_STATES,
+    ExecutionState,
+    WorkflowState,
+    check_workflow_transition,
+)
 
 if TYPE_CHECKING:
     from .steps import StepDefinition

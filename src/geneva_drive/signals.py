@@ -64,9 +64,7 @@ def deliver_signal(
         if existing is not None:
             existing.duplicate_delivery = True
             return existing
-    signal = Signal(
-        workflow_id=workflow.id, name=name, idempotency_key=key, payload_json=encoded
-    )
+    signal = Signal(workflow_id=workflow.id, name=name, idempotency_key=key, payload_json=encoded)
     try:
         # A savepoint: a concurrent duplicate losing on the unique index keeps the caller's
         # transaction usable, and we return the row that won.

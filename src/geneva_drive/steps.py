@@ -8,10 +8,11 @@ exactly which class and step is wrong and how to fix it.
 from __future__ import annotations
 
 import inspect
+import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import date, datetime, timedelta
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any, NoReturn, overload
 
 from .errors import StepConfigurationError
 from .policy import (
@@ -55,9 +56,9 @@ class SignalMatcher:
 class StepDefinition:
     """One step of a workflow class, as declared. ``name`` is final after registration."""
 
-    callable: Callable[..., Any]
+    callable: Any  # validated: user input is checked at class definition, not trusted
     name: str | None = None
-    wait: timedelta | float | None = None
+    wait: Any = None
     wait_for: Any = None
     skip_if: Any = None
     on_exception: Any = None
@@ -68,15 +69,17 @@ class StepDefinition:
     job_options: dict[str, Any] | None = None
     resumable: bool = False
     max_iterations: int | None = None
-    max_runtime: timedelta | float | None = None
+    max_runtime: Any = None
     checkpoint_every: int | None = None
-    checkpoint_interval: timedelta | float | None = None
+    checkpoint_interval: Any = None
     removed: bool = False
     # Filled in by validate():
     exception_policy: StepPolicy | None = field(default=None, init=False)
     signal_matcher: Any = field(default=None, init=False)
     wait_delta: timedelta | None = field(default=None, init=False)
     defined_in: str = field(default="", init=False)
+    # The step of the same method name this one replaced in the class body (see _declare).
+    shadows: StepDefinition | None = field(default=None, init=False, repr=False, compare=False)
 
     # A decorated method stays callable on instances (handy in tests and for reuse).
     def __get__(self, instance: Any, owner: type | None = None) -> Any:
@@ -118,6 +121,8 @@ class StepDefinition:
         fail = self._fail
         if not callable(self.callable):
             fail(f"needs a callable, got {self.callable!r}")
+        if not isinstance(self.name, str) or not self.name.strip() or len(self.name) > 255:
+            fail("name= must be a non-blank str of at most 255 characters")
         if self.name in known:
             fail("is already defined in this class or a parent; give the step another name")
         self.wait_delta = self._validate_wait()
@@ -147,7 +152,7 @@ class StepDefinition:
         if self.resumable and len(inspect.signature(self.callable).parameters) < 2:
             fail("is a resumable step: its function must take (self, it)")
 
-    def _fail(self, message: str) -> None:
+    def _fail(self, message: str) -> NoReturn:
         raise StepConfigurationError(f"{self.label}: {message}")
 
     def _validate_wait(self) -> timedelta | None:
@@ -232,6 +237,11 @@ class StepDefinition:
                         f"on_exception= as a list takes ExceptionPolicy objects only; got {bad!r}"
                     )
                 return PolicyList(value)
+            if isinstance(value, type) and issubclass(value, BaseException):
+                self._fail(
+                    f"on_exception={value.__name__} is an exception class, not a reaction; write "
+                    f"on_exception=ExceptionPolicy('reattempt', matching={value.__name__})"
+                )
             if callable(value):
                 return ExceptionPolicy(handler=value)
         except PolicyError as error:
@@ -268,13 +278,11 @@ class StepDefinition:
             value = getattr(self, option)
             if value is None:
                 continue
-            seconds = (
-                value.total_seconds()
-                if isinstance(value, timedelta)
-                else value
-                if isinstance(value, int | float) and not isinstance(value, bool)
-                else None
-            )
+            seconds: float | None = None
+            if isinstance(value, timedelta):
+                seconds = value.total_seconds()
+            elif isinstance(value, int | float) and not isinstance(value, bool):
+                seconds = float(value)
             if seconds is None or seconds <= 0:
                 self._fail(f"invalid {option}=: must be a positive duration, got {value!r}")
             setattr(self, option, timedelta(seconds=seconds))
@@ -294,7 +302,7 @@ def validate_job_options(options: Any, context: str) -> dict[str, Any] | None:
             f"{context}: job_options cannot set {', '.join(reserved)}; geneva-drive schedules "
             "steps itself — use the step's wait= instead"
         )
-    for key, value in options.items():
+    for key in options:
         if not isinstance(key, str):
             raise StepConfigurationError(f"{context}: job_options keys must be str, got {key!r}")
     queue = options.get("queue")
@@ -324,8 +332,8 @@ def step(fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
     anonymous step named ``step_N``.
     """
     if fn is not None:
-        return StepDefinition(callable=fn, **options)
-    return lambda f: StepDefinition(callable=f, **options)
+        return _declare(fn, options)
+    return lambda f: _declare(f, options)
 
 
 def resumable_step(fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
@@ -335,8 +343,25 @@ def resumable_step(fn: Callable[..., Any] | None = None, /, **options: Any) -> A
     ``checkpoint_interval``.
     """
     if fn is not None:
-        return StepDefinition(callable=fn, resumable=True, **options)
-    return lambda f: StepDefinition(callable=f, resumable=True, **options)
+        return _declare(fn, {**options, "resumable": True})
+    return lambda f: _declare(f, {**options, "resumable": True})
+
+
+def _declare(fn: Callable[..., Any], options: dict[str, Any]) -> StepDefinition:
+    """A StepDefinition that remembers a same-named step it replaces in the class body.
+
+    Python keeps only the last of two ``def a`` in a class body, so a copy-pasted step would
+    vanish silently; the class refuses that when it registers its steps (``_register_dsl``).
+    """
+    definition = StepDefinition(callable=fn, **options)
+    try:
+        namespace = sys._getframe(2).f_locals  # the class body calling @step / step()
+    except ValueError:  # pragma: no cover - called from a shallow stack
+        return definition
+    previous = namespace.get(getattr(fn, "__name__", ""))
+    if isinstance(previous, StepDefinition):
+        definition.shadows = previous
+    return definition
 
 
 def repeat_step(

@@ -193,7 +193,9 @@ def assert_step_has_successor(workflow: Workflow, step_name: str) -> None:
         ).scalar_one_or_none()
         if successor is not None and successor.state == ExecutionState.SCHEDULED:
             return
-    raise AssertionError(f"step {step_name!r} has no completed execution with a scheduled successor")
+    raise AssertionError(
+        f"step {step_name!r} has no completed execution with a scheduled successor"
+    )
 
 
 def assert_waiting_for_signal(workflow: Workflow, signal_name: str | None = None) -> None:

@@ -14,10 +14,9 @@ from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
-from sqlalchemy.orm import mapperlib
 from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Mapper, Session, object_session
+from sqlalchemy.orm import Mapper, Session, mapperlib, object_session
 
 from . import queries, scheduling, serialization
 from .errors import (
@@ -53,7 +52,7 @@ class Workflow(WorkflowColumns, Base):
 
     __tablename__ = WORKFLOWS
     __table_args__ = workflow_table_args()
-    __mapper_args__: ClassVar[dict[str, Any]] = {
+    __mapper_args__ = {  # read by SQLAlchemy; each subclass sets its own identity
         "polymorphic_on": "type",
         "polymorphic_identity": "Workflow",
     }
@@ -399,6 +398,14 @@ def _register_dsl(cls: type[Workflow]) -> None:
             definition.validate(cls.__name__, names)
             definitions.append(definition)
             names.append(definition.name)
+    registered = {id(d) for d in definitions}
+    for definition in definitions:
+        replaced, definition.shadows = definition.shadows, None
+        if replaced is not None and id(replaced) not in registered:
+            definition._fail(
+                "is declared twice in the class body and Python kept only the last one; "
+                "rename one of them"
+            )
     cls._step_definitions = definitions
     cls.steps = StepCollection(definitions)
 
