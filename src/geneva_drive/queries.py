@@ -92,6 +92,8 @@ def current_execution(session: Session, workflow_id: int) -> StepExecution | Non
         )
         .order_by(StepExecution.created_at.desc(), StepExecution.id.desc())
         .limit(1)
+        # Rows change under other sessions (workers); never answer from a stale identity map.
+        .execution_options(populate_existing=True)
     )
     return session.execute(stmt).scalar_one_or_none()
 
@@ -101,6 +103,7 @@ def execution_history(session: Session, workflow_id: int) -> Sequence[StepExecut
         select(StepExecution)
         .where(StepExecution.workflow_id == workflow_id)
         .order_by(StepExecution.created_at, StepExecution.id)
+        .execution_options(populate_existing=True)
     )
     return session.execute(stmt).scalars().all()
 
@@ -158,8 +161,10 @@ def find_ongoing_duplicate(
 def executions_of_step(
     session: Session, workflow_id: int, step_name: str, **filters: Any
 ) -> Sequence[StepExecution]:
-    stmt = select(StepExecution).where(
-        StepExecution.workflow_id == workflow_id, StepExecution.step_name == step_name
+    stmt = (
+        select(StepExecution)
+        .where(StepExecution.workflow_id == workflow_id, StepExecution.step_name == step_name)
+        .execution_options(populate_existing=True)
     )
     for column, value in filters.items():
         stmt = stmt.where(getattr(StepExecution, column) == value)

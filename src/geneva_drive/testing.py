@@ -217,6 +217,7 @@ def assert_signal_state(workflow: Workflow, signal_name: str, state: str) -> Non
         .where(Signal.workflow_id == workflow.id, Signal.name == signal_name)
         .order_by(Signal.created_at.desc(), Signal.id.desc())
         .limit(1)
+        .execution_options(populate_existing=True)
     ).scalar_one_or_none()
     assert signal is not None, f"no signal {signal_name!r} for workflow {workflow.id}"
     assert signal.state == state, f"signal {signal_name!r} is {signal.state!r}, not {state!r}"
