@@ -7,6 +7,7 @@ Alembic history. No ``alembic.ini`` is needed: the configuration is built here.
 
 from __future__ import annotations
 
+import threading
 from importlib.resources import files
 
 from alembic import command
@@ -14,11 +15,16 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Connection, Engine, text
 
+from .engine import engine_for_workers, prepare_engine
+
 VERSION_TABLE = "geneva_drive_alembic_version"
 
-# Serializes concurrent install()/upgrade() calls on PostgreSQL (several app processes starting
-# at once); the lock is transaction-scoped, so it is released by the commit. SQLite needs none:
-# a prepared engine begins with BEGIN IMMEDIATE, which already takes the single write lock.
+# Alembic's ``context`` and ``op`` are process-wide proxies: two threads running commands at
+# once would swap them under each other (and deadlock against the database's locks).
+_THREAD_LOCK = threading.Lock()
+# Serializes install()/upgrade() across processes on PostgreSQL (several app instances booting at
+# once); transaction-scoped, so the commit releases it. On SQLite, BEGIN IMMEDIATE does the same:
+# it takes the database's single write lock before Alembic reads the version table.
 _PG_LOCK_KEY = 0x6765_6E65_7661  # "geneva"
 
 
@@ -36,9 +42,12 @@ def alembic_config(connection: Connection | None = None) -> Config:
 
 
 def upgrade(engine: Engine, revision: str = "head") -> None:
-    """Upgrade the geneva-drive schema to ``revision``, in one transaction."""
-    with engine.begin() as connection:
-        if False:
+    """Upgrade the geneva-drive schema to ``revision``, in one transaction.
+
+    Prepares ``engine`` as :func:`geneva_drive.prepare_engine` does (a no-op unless SQLite).
+    """
+    with _THREAD_LOCK, engine_for_workers(prepare_engine(engine)).begin() as connection:
+        if connection.dialect.name == "postgresql":
             connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_LOCK_KEY})
         command.upgrade(alembic_config(connection), revision)
 

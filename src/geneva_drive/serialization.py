@@ -23,11 +23,11 @@ _TAG = "__gd__"
 
 def encode(value: Any) -> Any:
     """Turn ``value`` into plain JSON-compatible data (with typed wrappers)."""
-    if value is None or isinstance(value, bool | int | float | str):
-        return value
-    if isinstance(value, Enum):
+    if isinstance(value, Enum):  # before str/int: a StrEnum or IntEnum member is both
         cls = type(value)
         return {_TAG: ["enum", f"{cls.__module__}:{cls.__qualname__}", encode(value.value)]}
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
     if isinstance(value, datetime):
         return {_TAG: ["datetime", value.isoformat()]}
     if isinstance(value, date):
@@ -45,6 +45,11 @@ def encode(value: Any) -> Any:
     if isinstance(value, list):
         return [encode(v) for v in value]
     if isinstance(value, dict):
+        if _TAG in value:  # it would read back as a typed wrapper, not as this dict
+            raise SerializationError(
+                f"cannot store a dict with the key {_TAG!r}: geneva-drive reserves it for typed "
+                "values; rename that key"
+            )
         out: dict[str, Any] = {}
         for key, item in value.items():
             if isinstance(key, Enum):
@@ -101,7 +106,7 @@ def _decode_tagged(tagged: list[Any]) -> Any:
 
 def dumps(value: Any) -> str:
     """Encode to a compact, deterministic JSON string."""
-    return json.dumps(encode(value), sort_keys=True, separators=(",", ":"))
+    return json.dumps(encode(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def encoded_size(value: Any) -> int:

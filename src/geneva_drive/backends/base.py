@@ -44,21 +44,38 @@ def enqueue_after_commit(session: Session, step: EnqueuedStep) -> None:
         # life because SQLAlchemy forbids removing a listener while it is being dispatched.
         session.info[_LISTENING] = True
         event.listen(session, "after_commit", _after_commit)
-        event.listen(session, "after_rollback", _after_rollback)
-    session.info.setdefault(_PENDING, []).append(step)
+        event.listen(session, "after_soft_rollback", _after_soft_rollback)
+    # Remember the (innermost) transaction that wrote the row: a rolled-back savepoint
+    # drops only its own wake-ups.
+    transaction = session.get_nested_transaction() or session.get_transaction()
+    session.info.setdefault(_PENDING, []).append((transaction, step))
 
 
 def _detach(session: Session) -> list[EnqueuedStep]:
-    pending: list[EnqueuedStep] = session.info.pop(_PENDING, None) or []
-    return pending
+    pending: list[tuple[Any, EnqueuedStep]] = session.info.pop(_PENDING, None) or []
+    return [step for _, step in pending]
 
 
 def _after_commit(session: Session) -> None:
+    # SQLAlchemy also fires after_commit when a savepoint is released; only the outermost
+    # commit makes the rows visible to workers.
+    if session.in_nested_transaction():
+        return
     _deliver(_detach(session))
 
 
-def _after_rollback(session: Session) -> None:
-    _detach(session)  # the rows were never written: nothing to wake
+def _after_soft_rollback(session: Session, rolled_back: Any) -> None:
+    # The rows written in the rolled-back transaction (or savepoints inside it) never
+    # existed: nothing to wake for them.
+    def inside(transaction: Any) -> bool:
+        while transaction is not None:
+            if transaction is rolled_back:
+                return True
+            transaction = transaction.parent
+        return False
+
+    pending = session.info.get(_PENDING) or []
+    session.info[_PENDING] = [(tx, step) for tx, step in pending if not inside(tx)]
 
 
 def _deliver(steps: list[EnqueuedStep]) -> None:

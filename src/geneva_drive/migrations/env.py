@@ -6,6 +6,12 @@ connection and its transaction (``migrate.upgrade`` runs everything in one trans
 
 The revision is recorded in ``geneva_drive_alembic_version``, never in the application's
 ``alembic_version``, and autogenerate only ever looks at ``geneva_drive_*`` tables.
+
+A new revision, drafted against a database at head (then review it and add ``sqlite_where``
+to every ``postgresql_where``)::
+
+    with engine.begin() as conn:
+        command.revision(migrate.alembic_config(conn), "message", autogenerate=True, rev_id="0002")
 """
 
 from __future__ import annotations

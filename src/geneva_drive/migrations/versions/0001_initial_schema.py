@@ -2,7 +2,7 @@
 
 Revision ID: 0001
 Revises:
-Create Date: 2025-11-29
+Create Date: 2026-11-29
 
 Written by hand and frozen: it spells out the schema instead of importing the models, so that
 later changes to the models can only reach existing databases through new migrations.
