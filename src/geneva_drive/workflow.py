@@ -11,7 +11,7 @@ import contextlib
 import logging
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any, ClassVar
 
 from sqlalchemy import inspect as sa_inspect
@@ -458,14 +458,6 @@ def resolve_hero_class(name: str) -> type[Any]:
         f"hero_type {name!r} names no mapped class in this process; import the module that "
         "defines it before running workflows"
     )
-
-
-def cancel_conditions_hold(workflow: Workflow) -> bool:
-    return any(bool(condition(workflow)) for condition in workflow._cancel_conditions)
-
-
-def now_plus(wait: timedelta | None, now: datetime) -> datetime:
-    return now + wait if wait else now
 
 
 __all__ = ["ExecutionState", "Outcome", "StepNotDefinedError", "Workflow"]
