@@ -313,6 +313,11 @@ def _perform(
     workflow, execution, step_def = prepared.workflow, prepared.execution, prepared.step_def
     payload = events.execution_payload(workflow, execution)
     workflow.__dict__["_gd_received_signal"] = prepared.signal
+    hero = workflow.__dict__.get("_gd_hero")
+    if hero is not None:
+        # Loaded by phase 1's hero guard in an earlier transaction: let the body read it fresh
+        # in its own, so `hero.counter += 1` does not write back a stale value.
+        session.expire(hero)
 
     def body() -> Result:
         with events.instrument("step", payload):
