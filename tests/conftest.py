@@ -2,16 +2,19 @@
 
 Fixtures, from the bottom up:
 
-    db_backend              "sqlite" | "postgresql"; parametrizes every test using those below
+    db_backend              "sqlite" | "postgresql" | "mariadb"; parametrizes every test using
+                            those below
     database_url            URL of a fresh, EMPTY database (no geneva-drive schema)
     empty_engine            geneva_drive.create_engine(database_url), schema NOT installed
     installed_database_url  URL of a fresh database with the geneva-drive schema installed
     engine                  geneva_drive.create_engine(installed_database_url)
     postgres_server         the session's embedded PostgreSQL server (tests.support.postgres)
+    mariadb_server          the session's private MariaDB server (tests.support.mariadb)
 
 The schema is installed once per session into a template (a SQLite file that is copied, a
-PostgreSQL database used as `CREATE DATABASE ... TEMPLATE`), so `engine` costs a file copy or a
-~30 ms CREATE DATABASE rather than a migration run.
+PostgreSQL database used as `CREATE DATABASE ... TEMPLATE`, a MariaDB database whose tables are
+re-created from `SHOW CREATE TABLE`), so `engine` costs a file copy or a few DDL statements
+rather than a migration run.
 
 Environment:
 
@@ -32,14 +35,20 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from tests.support.mariadb import MariaDBServer, MariaDBUnavailable
 from tests.support.postgres import PostgresServer, PostgresUnavailable, unique_database_name
 
 if TYPE_CHECKING:
     import sqlalchemy as sa
 
-BACKENDS = ("sqlite", "postgresql")
-_MARKS = {"sqlite": pytest.mark.sqlite, "postgresql": pytest.mark.postgres}
+BACKENDS = ("sqlite", "postgresql", "mariadb")
+_MARKS = {
+    "sqlite": pytest.mark.sqlite,
+    "postgresql": pytest.mark.postgres,
+    "mariadb": pytest.mark.mariadb,
+}
 POSTGRES_TEMPLATE = "gd_template"
+MARIADB_TEMPLATE = "gd_template"
 
 
 def _in_ci() -> bool:
@@ -73,7 +82,9 @@ class BackendStatus:
     outcomes: Counter[str] = field(default_factory=Counter)
 
 
-@dataclass
+# eq=False keeps it hashable: pluggy puts registered plugins in sets (e.g. when a conftest.py
+# in a subdirectory narrows the hook callers).
+@dataclass(eq=False)
 class BackendReport:
     """Counts outcomes per backend and prints them at the end; registered as a pytest plugin."""
 
@@ -193,6 +204,24 @@ def postgres_server(request: pytest.FixtureRequest) -> Iterator[PostgresServer]:
 
 
 @pytest.fixture(scope="session")
+def mariadb_server(request: pytest.FixtureRequest) -> Iterator[MariaDBServer]:
+    """The session's private MariaDB server, started on first use and stopped at the end."""
+    if "mariadb" not in _requested_backends():
+        pytest.skip(_not_selected("mariadb"))
+    try:
+        server = MariaDBServer.start()
+    except MariaDBUnavailable as exc:
+        request.config.stash[_REPORT].backends["mariadb"].unavailable = str(exc)
+        if _in_ci():
+            pytest.fail(f"CI=true and MariaDB is unavailable: {exc}", pytrace=False)
+        pytest.skip(f"MariaDB unavailable: {str(exc).splitlines()[0]}")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
 def _sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     import geneva_drive
 
@@ -217,6 +246,18 @@ def _postgres_template(postgres_server: PostgresServer) -> str:
         # CREATE DATABASE ... TEMPLATE refuses while anyone is connected to the template.
         engine.dispose()
     return POSTGRES_TEMPLATE
+
+
+@pytest.fixture(scope="session")
+def _mariadb_template(mariadb_server: MariaDBServer) -> str:
+    import geneva_drive
+
+    engine = geneva_drive.create_engine(mariadb_server.create_database(MARIADB_TEMPLATE))
+    try:
+        geneva_drive.install(engine)
+    finally:
+        engine.dispose()
+    return MARIADB_TEMPLATE
 
 
 # --- per-test databases -------------------------------------------------------------------------
@@ -247,9 +288,10 @@ def _fresh_database(
                     shutil.copyfile(source, path.with_name(path.name + suffix))
         return _sqlite_url(path)
 
-    assert db_backend == "postgresql", db_backend
-    server: PostgresServer = request.getfixturevalue("postgres_server")
-    template_name = request.getfixturevalue("_postgres_template") if installed else None
+    assert db_backend in ("postgresql", "mariadb"), db_backend
+    prefix = {"postgresql": "postgres", "mariadb": "mariadb"}[db_backend]
+    server: PostgresServer | MariaDBServer = request.getfixturevalue(f"{prefix}_server")
+    template_name = request.getfixturevalue(f"_{prefix}_template") if installed else None
     name = unique_database_name()
     url = server.create_database(name, template=template_name)
     request.addfinalizer(lambda: server.drop_database(name))

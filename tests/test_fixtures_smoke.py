@@ -47,7 +47,8 @@ def test_the_url_names_the_backend_under_test(database_url: str, db_backend: str
     if db_backend == "sqlite":
         assert url.drivername == "sqlite"
     else:
-        assert url.drivername == "postgresql+psycopg"
+        drivers = {"postgresql": "postgresql+psycopg", "mariadb": "mariadb+pymysql"}
+        assert url.drivername == drivers[db_backend]
         assert url.database is not None and url.database.startswith("gd_test_")
 
 

@@ -48,8 +48,12 @@ def _schema_diff(engine: sa.Engine) -> list[Any]:
             conn,
             opts={
                 "compare_type": True,
-                "compare_server_default": True,
+                # True, except that MySQL/MariaDB reflect DEFAULT false as '0'.
+                "compare_server_default": migrate.compare_server_default,
                 "include_name": include_name,
+                # What the models declare for other dialects only, and MySQL/MariaDB's
+                # generated unique-key columns (added by DDL, not declared), are no difference.
+                "include_object": migrate.comparison_filter(engine.dialect.name),
             },
         )
         return list(compare_metadata(context, Base.metadata))
@@ -131,12 +135,28 @@ def test_migrated_schema_reflects_identically_to_create_all(empty_engine: sa.Eng
         for index in table["indexes"]
         if any(key.endswith("_where") for key, _ in index[3])
     }
+    if empty_engine.dialect.name in ("mysql", "mariadb"):
+        # No partial indexes there: the unique rules are unique indexes over generated columns
+        # (the other partial indexes are plain ones led by `state`).
+        assert partial == set()
+        unique = {
+            (index[0], index[1])
+            for table in migrated.values()
+            for index in table["indexes"]
+            if index[2]
+        }
+        assert {
+            ("ix_geneva_drive_workflows_unique_ongoing", ("ongoing_unique_key",)),
+            ("ix_geneva_drive_step_executions_one_active", ("active_unique_key",)),
+        } <= unique
+        return
     # On both backends the predicates survive (SQLite and PostgreSQL reflect them).
     assert partial == {
         "ix_geneva_drive_workflows_unique_ongoing",
         "ix_geneva_drive_step_executions_one_active",
         "ix_geneva_drive_step_executions_in_progress_started_at",
         "ix_geneva_drive_step_executions_due",
+        "ix_geneva_drive_step_executions_due_any",
         "ix_geneva_drive_step_executions_lease",
     }
 
@@ -314,4 +334,8 @@ def test_upgrade_to_an_explicit_revision(empty_engine: sa.Engine):
 def test_upgrade_to_an_unknown_revision_changes_nothing(empty_engine: sa.Engine):
     with pytest.raises(CommandError, match="nonexistent"):
         migrate.upgrade(empty_engine, "nonexistent")
-    assert _tables(empty_engine) == set()
+    tables = _tables(empty_engine)
+    if empty_engine.dialect.name in ("mysql", "mariadb"):
+        # DDL commits implicitly there: Alembic's (empty) version table stays behind.
+        tables -= {migrate.VERSION_TABLE}
+    assert tables == set()

@@ -9,10 +9,26 @@ from sqlalchemy import Engine, event
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 IMMEDIATE_OPTION = "geneva_drive_begin_immediate"
+MYSQL_DIALECTS = ("mysql", "mariadb")
+# PostgreSQL's default, and what the engine's locking is written for: after a transaction locks
+# a workflow row, its plain reads must see what other transactions committed before that. Under
+# InnoDB's default REPEATABLE READ they would read the transaction's first snapshot instead
+# (e.g. miss an execution row created by the previous lock holder), and range updates would
+# take gap locks that make concurrent workers deadlock on each other's inserts.
+MYSQL_ISOLATION_LEVEL = "READ COMMITTED"
 
 
 def create_engine(url: str | sqlalchemy.URL, **kwargs: Any) -> Engine:
-    """``sqlalchemy.create_engine`` plus the settings geneva-drive needs for ``url``'s dialect."""
+    """``sqlalchemy.create_engine`` plus the settings geneva-drive needs for ``url``'s dialect.
+
+    MySQL/MariaDB: READ COMMITTED for every connection (unless ``isolation_level`` is given)
+    and the utf8mb4 connection character set (unless the URL names a ``charset``).
+    """
+    url = sqlalchemy.make_url(url)
+    if url.get_backend_name() in MYSQL_DIALECTS:
+        kwargs.setdefault("isolation_level", MYSQL_ISOLATION_LEVEL)
+        if "charset" not in url.query:
+            url = url.update_query_dict({"charset": "utf8mb4"})
     engine = sqlalchemy.create_engine(url, **kwargs)
     prepare_engine(engine)
     return engine
@@ -56,7 +72,16 @@ def _begin_immediate(connection: Any) -> None:
 
 
 def engine_for_workers(engine: Engine) -> Engine:
-    """The engine geneva-drive's own sessions use: on SQLite, transactions BEGIN IMMEDIATE."""
+    """The engine geneva-drive's own sessions use.
+
+    On SQLite, transactions BEGIN IMMEDIATE. On MySQL/MariaDB they run at READ COMMITTED (see
+    ``MYSQL_ISOLATION_LEVEL``) even when the application's engine defaults to another level.
+    """
+    if engine.dialect.name in MYSQL_DIALECTS:
+        # create_engine() already set it for every connection; don't SET it again per checkout.
+        if getattr(engine.dialect, "_on_connect_isolation_level", None) == MYSQL_ISOLATION_LEVEL:
+            return engine
+        return engine.execution_options(isolation_level=MYSQL_ISOLATION_LEVEL)
     if engine.dialect.name != "sqlite":
         return engine
     return engine.execution_options(**{IMMEDIATE_OPTION: True})

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.orm import Session
 
-from . import events, queries, scheduling, signals
+from . import events, queries, scheduling, serialization, signals
 from .config import Settings, settings
 from .errors import StepNotDefinedError
 from .flow import Action, FlowControl
@@ -103,16 +103,20 @@ def run_execution(
 
 
 def claim_and_run(
-    queues: list[str] | None, options: RunOptions, config: Settings | None = None
+    queues: list[str] | None,
+    options: RunOptions,
+    config: Settings | None = None,
+    *,
+    execution_id: int | None = None,
 ) -> bool:
-    """Claim the next due execution and run it. False when nothing was due.
+    """Claim the next due execution (or, eagerly, the given one) and run it. False if none.
 
     The claim and phase 1 share one transaction (one commit): the claim query locks the
     workflow row with SKIP LOCKED, and phase 1 runs under that lock.
     """
     config = config or settings()
     with config.session_factory()() as session:
-        claimed, outcome = _phase1(session, options, config, queues=queues)
+        claimed, outcome = _phase1(session, options, config, queues=queues, claim_id=execution_id)
         if claimed:
             _continue(session, outcome, options, config, reraise=False)
         return claimed
@@ -149,17 +153,27 @@ def _phase1(
     *,
     execution_id: int | None = None,
     queues: list[str] | None = None,
+    claim_id: int | None = None,
 ) -> tuple[bool, Prepared | Aborted | None]:
     """Returns (whether an execution was found/claimed, what phase 1 decided). Commits."""
     try:
         with session.begin():
             if execution_id is None:
-                claimed = queries.claim_due_execution(session, config.clock.now(), queues)
+                now = config.clock.now()
+                claimed = (
+                    queries.claim_due_execution(session, now, queues)
+                    if claim_id is None
+                    else queries.claim_execution(session, claim_id, now, queues)
+                )
                 if claimed is None:
                     return False, None
                 execution_id = claimed[0]
             return True, _prepare(session, execution_id, options, config)
     except Exception as error:
+        if queries.is_transient(error):
+            # A deadlock or lock timeout rolled phase 1 back: the row is still scheduled and
+            # will be claimed again. It is the database's trouble, not the step's.
+            raise
         # Unexpected trouble before the body (the transaction above rolled back): record it
         # on the execution in a fresh transaction, let the policies decide, then re-raise.
         assert execution_id is not None
@@ -193,6 +207,10 @@ def _prepare(
         return None
     if workflow.state not in (WorkflowState.READY, WorkflowState.PERFORMING):
         _end(execution, ExecutionState.CANCELED, Outcome.CANCELED, now)
+        return None
+    # A signal timeout's timer row resolves its parked execution; it has no body to run.
+    if signals.is_timer(execution):
+        signals.fire_timeout(session, workflow, execution, now)
         return None
     return _guards_and_start(session, workflow, execution, options, config, now)
 
@@ -341,7 +359,8 @@ def _perform(
             return outcome
 
     try:
-        with workflow._in_step_context():
+        # Payload references (mapped instances) load in the step's own session.
+        with workflow._in_step_context(), serialization.decoding_session(session):
             # Hook errors count as step errors (the gem let them escape and strand the row).
             try:
                 workflow.before_step_execution(execution)
@@ -407,11 +426,32 @@ def _finalize(
             payload["workflow_state"] = workflow.state
             payload["step_state"] = execution.state
             session.commit()
-        except BaseException:
+        except BaseException as error:
             session.rollback()
+            if isinstance(error, Exception) and queries.is_transient(error):
+                # The outcome and the body's writes were rolled back together. Hand the
+                # execution back now rather than leave it in progress under our live lease
+                # (the heartbeat would keep it from ever being recovered).
+                _release_after_transient_error(session, execution_id, error, config)
             raise
     prepared.workflow, prepared.execution = workflow, execution
     return error
+
+
+def _release_after_transient_error(
+    session: Session, execution_id: int, error: Exception, config: Settings
+) -> None:
+    from .housekeeping import recover_execution
+
+    try:
+        with session.begin():
+            recover_execution(session, execution_id, reason=f"transient database error: {error}")
+    except Exception:
+        config.logger.exception(
+            "could not hand back execution %s after a database error; its lease will expire "
+            "only when this worker stops",
+            execution_id,
+        )
 
 
 def _apply(
@@ -455,7 +495,10 @@ def _record_only(
         _end(execution, ExecutionState.FAILED, Outcome.CANCELED, now)
     elif isinstance(result, FlowControl) and result.action is Action.SKIP:
         _end(execution, ExecutionState.SKIPPED, Outcome.SKIPPED, now)
-    elif isinstance(result, FlowControl) and result.action in (Action.CANCEL, Action.PAUSE):
+    elif isinstance(result, Interrupted) or (
+        isinstance(result, FlowControl) and result.action in (Action.CANCEL, Action.PAUSE)
+    ):
+        # A resumable step that stopped at a checkpoint on a canceled workflow did not finish.
         _end(execution, ExecutionState.CANCELED, Outcome.CANCELED, now)
     else:
         _end(execution, ExecutionState.COMPLETED, Outcome.SUCCESS, now)

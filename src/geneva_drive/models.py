@@ -22,12 +22,15 @@ from sqlalchemy import (
     Integer,
     MetaData,
     String,
+    Table,
     Text,
+    event,
     text,
 )
-from sqlalchemy.dialects import postgresql
+from sqlalchemy.dialects import mysql, postgresql
+from sqlalchemy.engine import Connection
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
-from sqlalchemy.types import TypeDecorator
+from sqlalchemy.types import TypeDecorator, TypeEngine
 
 from . import serialization
 from .states import ExecutionState, WorkflowState
@@ -44,12 +47,43 @@ WORKFLOWS = "geneva_drive_workflows"
 EXECUTIONS = "geneva_drive_step_executions"
 SIGNALS = "geneva_drive_signals"
 
+# Dialect names: SQLAlchemy calls MariaDB "mariadb" for mariadb:// URLs, "mysql" otherwise.
+MYSQL_DIALECTS = ("mysql", "mariadb")
+PARTIAL_INDEX_DIALECTS = ("postgresql", "sqlite")
+# Our tables' own character set and collation on MySQL/MariaDB, whatever the server default:
+# a binary collation compares strings exactly, as PostgreSQL and SQLite do (idempotency keys,
+# step names and hero ids differing only in case are different).
+# (SQLAlchemy's MariaDB dialect reads the mariadb_ spelling, its MySQL dialect the mysql_ one.)
+MYSQL_TABLE_OPTIONS = {
+    f"{prefix}_{option}": value
+    for prefix in MYSQL_DIALECTS
+    for option, value in (("charset", "utf8mb4"), ("collate", "utf8mb4_bin"))
+}
+DIALECTS_INFO_KEY = "geneva_drive_dialects"
+
+
+def only_on(index: Index, dialects: tuple[str, ...]) -> Index:
+    """Create ``index`` on these dialects only (and say so in ``index.info`` for comparisons)."""
+    index.info[DIALECTS_INFO_KEY] = dialects
+
+    def on_these_dialects(*_args: Any, dialect: Dialect, **_kw: Any) -> bool:
+        return dialect.name in dialects
+
+    return index.ddl_if(callable_=on_these_dialects)
+
 
 class UTCDateTime(TypeDecorator[datetime]):
     """Stores naive UTC on every engine and always hands back aware UTC datetimes."""
 
     impl = DateTime
     cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        # MySQL/MariaDB DATETIME drops fractions of a second unless asked for them; ordering
+        # executions by (created_at, id) and due times within one second need microseconds.
+        if dialect.name in MYSQL_DIALECTS:
+            return dialect.type_descriptor(mysql.DATETIME(fsp=6))
+        return dialect.type_descriptor(DateTime())
 
     def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
         if value is None:
@@ -66,7 +100,11 @@ class UTCDateTime(TypeDecorator[datetime]):
 
 # SQLite only auto-increments a column declared exactly INTEGER PRIMARY KEY.
 Id = BigInteger().with_variant(Integer(), "sqlite")
+# On MariaDB, JSON is an alias of LONGTEXT with a json_valid() check; SQLAlchemy's JSON type
+# encodes and decodes it all the same (MySQL 8 has a native JSON type).
 Json = JSON().with_variant(postgresql.JSONB(), "postgresql")
+# Error messages and backtraces are unbounded; MySQL's TEXT stops at 64 KiB.
+LongText = Text().with_variant(mysql.LONGTEXT(), *MYSQL_DIALECTS)
 
 
 class Base(DeclarativeBase):
@@ -81,16 +119,76 @@ def workflow_table_args() -> tuple[Any, ...]:
         Index("ix_geneva_drive_workflows_state", "state"),
         Index("ix_geneva_drive_workflows_hero", "hero_type", "hero_id"),
         # One ongoing workflow per (class, hero): the database is the arbiter under races.
-        Index(
-            "ix_geneva_drive_workflows_unique_ongoing",
-            "type",
-            "hero_type",
-            "hero_id",
-            unique=True,
-            postgresql_where=text(ongoing),
-            sqlite_where=text(ongoing),
+        # MySQL/MariaDB: a unique generated column instead (see MYSQL_UNIQUE_KEYS).
+        only_on(
+            Index(
+                "ix_geneva_drive_workflows_unique_ongoing",
+                "type",
+                "hero_type",
+                "hero_id",
+                unique=True,
+                postgresql_where=text(ongoing),
+                sqlite_where=text(ongoing),
+            ),
+            PARTIAL_INDEX_DIALECTS,
         ),
+        MYSQL_TABLE_OPTIONS,
     )
+
+
+def _partial_index(name: str, *columns: str, state: str) -> tuple[Index, Index]:
+    """A non-unique index over rows in one ``state``.
+
+    PostgreSQL and SQLite get a partial index; MySQL/MariaDB, which have none, get the same
+    name over ``(state, *columns)``, which serves the same queries.
+    """
+    where = text(f"state = '{state}'")
+    return (
+        only_on(
+            Index(name, *columns, postgresql_where=where, sqlite_where=where),
+            PARTIAL_INDEX_DIALECTS,
+        ),
+        only_on(Index(name, "state", *columns), MYSQL_DIALECTS),
+    )
+
+
+# MySQL/MariaDB have no partial indexes, so each partial UNIQUE index becomes a STORED generated
+# column that is NULL except on the rows the rule covers, with a unique index on it (NULLs never
+# collide). The ORM never reads or writes these columns; they are added to the tables by the
+# migration and, for create_all(), by the after_create hook below — on MySQL/MariaDB only.
+# (table, column, SQL type, expression, unique index)
+MYSQL_UNIQUE_KEYS = (
+    (
+        WORKFLOWS,
+        "ongoing_unique_key",
+        # 3 × 255 + 2 separators; 767 utf8mb4 characters = 3068 bytes, within InnoDB's 3072.
+        "VARCHAR(767)",
+        "CASE WHEN state NOT IN ('finished', 'canceled') AND allow_multiple = 0 "
+        "THEN CONCAT(type, '-', hero_type, '-', hero_id) END",
+        "ix_geneva_drive_workflows_unique_ongoing",
+    ),
+    (
+        EXECUTIONS,
+        "active_unique_key",
+        "BIGINT",
+        "CASE WHEN state IN ('scheduled', 'in_progress') THEN workflow_id END",
+        "ix_geneva_drive_step_executions_one_active",
+    ),
+)
+MYSQL_UNIQUE_KEY_COLUMNS = frozenset(column for _, column, *_ in MYSQL_UNIQUE_KEYS)
+
+
+@event.listens_for(Table, "after_create")
+def _add_mysql_unique_keys(table: Table, connection: Connection, **_kw: Any) -> None:
+    if connection.dialect.name not in MYSQL_DIALECTS or table.metadata is not Base.metadata:
+        return
+    for table_name, column, sql_type, expression, index in MYSQL_UNIQUE_KEYS:
+        if table_name == table.name:
+            connection.exec_driver_sql(
+                f"ALTER TABLE {table_name} "
+                f"ADD COLUMN {column} {sql_type} GENERATED ALWAYS AS ({expression}) STORED, "
+                f"ADD UNIQUE INDEX {index} ({column})"
+            )
 
 
 def _now() -> datetime:
@@ -149,8 +247,8 @@ class StepExecution(Timestamps, Base):
     skipped_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     error_class_name: Mapped[str | None] = mapped_column(String(255))
-    error_message: Mapped[str | None] = mapped_column(Text)
-    error_backtrace: Mapped[str | None] = mapped_column(Text)
+    error_message: Mapped[str | None] = mapped_column(LongText)
+    error_backtrace: Mapped[str | None] = mapped_column(LongText)
     job_id: Mapped[str | None] = mapped_column(String(255))
     metadata_json: Mapped[dict[str, Any] | None] = mapped_column("metadata", Json)
     cursor: Mapped[Any | None] = mapped_column(Json)
@@ -175,34 +273,42 @@ class StepExecution(Timestamps, Base):
         Index("ix_geneva_drive_step_executions_signal_id", "signal_id"),
         # At most one scheduled/in-progress execution per workflow ("waiting" is kept single by
         # the stray sweep instead, so a parked row never blocks the creation of its successor).
-        Index(
-            "ix_geneva_drive_step_executions_one_active",
-            "workflow_id",
-            unique=True,
-            postgresql_where=text("state IN ('scheduled', 'in_progress')"),
-            sqlite_where=text("state IN ('scheduled', 'in_progress')"),
+        # MySQL/MariaDB: a unique generated column instead (see MYSQL_UNIQUE_KEYS).
+        only_on(
+            Index(
+                "ix_geneva_drive_step_executions_one_active",
+                "workflow_id",
+                unique=True,
+                postgresql_where=text("state IN ('scheduled', 'in_progress')"),
+                sqlite_where=text("state IN ('scheduled', 'in_progress')"),
+            ),
+            PARTIAL_INDEX_DIALECTS,
         ),
-        Index(
+        *_partial_index(
             "ix_geneva_drive_step_executions_in_progress_started_at",
             "started_at",
-            postgresql_where=text("state = 'in_progress'"),
-            sqlite_where=text("state = 'in_progress'"),
+            state="in_progress",
         ),
         # The worker's claim: due scheduled rows by queue, priority, due time.
-        Index(
+        *_partial_index(
             "ix_geneva_drive_step_executions_due",
             "queue",
             "priority",
             "scheduled_for",
-            postgresql_where=text("state = 'scheduled'"),
-            sqlite_where=text("state = 'scheduled'"),
+            state="scheduled",
         ),
-        Index(
-            "ix_geneva_drive_step_executions_lease",
-            "lease_expires_at",
-            postgresql_where=text("state = 'in_progress'"),
-            sqlite_where=text("state = 'in_progress'"),
+        # The claim of a worker that serves every queue: without it the planner has no
+        # ordered path and may scan every ready workflow per claim under a sudden backlog.
+        *_partial_index(
+            "ix_geneva_drive_step_executions_due_any",
+            "priority",
+            "scheduled_for",
+            state="scheduled",
         ),
+        *_partial_index(
+            "ix_geneva_drive_step_executions_lease", "lease_expires_at", state="in_progress"
+        ),
+        MYSQL_TABLE_OPTIONS,
     )
 
     # -- reading -------------------------------------------------------------------------
@@ -268,6 +374,7 @@ class Signal(Timestamps, Base):
             "ix_geneva_drive_signals_dedup", "workflow_id", "name", "idempotency_key", unique=True
         ),
         Index("ix_geneva_drive_signals_workflow_state", "workflow_id", "state"),
+        MYSQL_TABLE_OPTIONS,
     )
 
     duplicate_delivery: bool = False  # per instance, set by Workflow.signal(); not a column

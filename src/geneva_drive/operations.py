@@ -44,6 +44,9 @@ def cancel_workflow(workflow: Workflow) -> None:
     current = queries.current_execution(session, workflow.id)
     # An in-progress row belongs to its worker: phase 3 records its result and sees "canceled".
     if current is not None and current.state != ExecutionState.IN_PROGRESS:
+        from .signals import cancel_timeout
+
+        cancel_timeout(session, current, now)  # a parked row's signal-timeout timer goes too
         current.state = ExecutionState.CANCELED
         current.outcome = Outcome.CANCELED
         current.canceled_at = now
@@ -116,7 +119,8 @@ def resume_workflow(workflow: Workflow) -> StepExecution | None:
         session.flush()
         return current
     marker = queries.newest_paused_marker(session, workflow.id)
-    if marker is not None:
+    # Only a marker of the step the workflow stands at: one an operator skipped past is stale.
+    if marker is not None and marker.step_name == workflow.next_step_name:
         execution = scheduling.create_successor_execution(session, workflow, marker)
         session.flush()
         return execution

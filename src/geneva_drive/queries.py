@@ -12,10 +12,10 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import and_, func, or_, select, update
+from sqlalchemy import Connection, and_, case, delete, func, or_, select, update
 from sqlalchemy.orm import Session
 
-from .models import StepExecution
+from .models import Signal, StepExecution
 from .states import ExecutionState, Outcome, WorkflowState
 
 if TYPE_CHECKING:
@@ -81,7 +81,11 @@ def sweep_strays(session: Session, workflow_id: int, now: datetime) -> int:
 
 
 def current_execution(session: Session, workflow_id: int) -> StepExecution | None:
-    """The single scheduled, waiting or in-progress execution, if any (newest wins)."""
+    """The single scheduled, waiting or in-progress execution, if any (newest wins).
+
+    A parked execution with a signal timeout has its timeout row (scheduled) beside it; the
+    waiting row is the current one, so it comes first.
+    """
     stmt = (
         select(StepExecution)
         .where(
@@ -90,7 +94,11 @@ def current_execution(session: Session, workflow_id: int) -> StepExecution | Non
                 (ExecutionState.SCHEDULED, ExecutionState.WAITING, ExecutionState.IN_PROGRESS)
             ),
         )
-        .order_by(StepExecution.created_at.desc(), StepExecution.id.desc())
+        .order_by(
+            case((StepExecution.state == ExecutionState.WAITING, 0), else_=1),
+            StepExecution.created_at.desc(),
+            StepExecution.id.desc(),
+        )
         .limit(1)
         # Rows change under other sessions (workers); never answer from a stale identity map.
         .execution_options(populate_existing=True)
@@ -217,13 +225,64 @@ def claim_due_execution(
         # would be a no-op that a worker repeats forever.
         .where(wf.state == WorkflowState.READY)
         .order_by(StepExecution.priority, StepExecution.scheduled_for)
-        .limit(1)
-        .with_for_update(of=wf, skip_locked=True)
     )
     if queues:
         stmt = stmt.where(StepExecution.queue.in_(queues))
-    row = session.execute(stmt).first()
+    if _is_mysql(session):
+        # Candidates without locks, then their workflow rows one by one (see the helper).
+        candidates = session.execute(stmt.limit(MYSQL_CLAIM_CANDIDATES)).all()
+        return _mysql_lock_first_claimable(session, candidates, now, queues)
+    row = session.execute(stmt.limit(1).with_for_update(of=wf, skip_locked=True)).first()
     return None if row is None else (row[0], row[1])
+
+
+# MySQL/MariaDB: how many due executions one claim considers before reporting nothing due.
+# Only rows whose workflow is locked at this very moment (phase 1 or 3 of another worker) are
+# passed over, so a handful per worker thread is plenty.
+MYSQL_CLAIM_CANDIDATES = 16
+
+
+def _is_mysql(session: Session) -> bool:
+    return session.get_bind().dialect.name in ("mysql", "mariadb")
+
+
+def _mysql_lock_first_claimable(
+    session: Session,
+    candidates: Sequence[Any],
+    now: datetime,
+    queues: Sequence[str] | None,
+) -> tuple[int, int] | None:
+    """The claim on MySQL/MariaDB: lock the first candidate's workflow row that is free.
+
+    MariaDB has no ``FOR UPDATE OF <table>``: on a join, ``FOR UPDATE SKIP LOCKED`` locks the
+    rows of both tables in whatever order the plan reads them (execution first, breaking the
+    workflow-first lock order), and with ``ORDER BY … LIMIT`` InnoDB may lock every due row it
+    sorted, not just the one returned. So the candidates are read without locks, and each
+    one's workflow row alone is locked with ``SKIP LOCKED`` — on the condition that the
+    execution is still claimable. That condition is a non-locking subquery (READ COMMITTED:
+    the latest committed state); InnoDB drops the lock again from a workflow row that fails
+    it. As on PostgreSQL, a claim that turns out stale by the time phase 1 re-reads the rows
+    under the lock is a harmless no-op there.
+    """
+    wf = workflow_model()
+    for execution_id, workflow_id in candidates:
+        claimable = (
+            select(StepExecution.id)
+            .where(StepExecution.id == execution_id)
+            .where(StepExecution.workflow_id == wf.id)
+            .where(StepExecution.state == ExecutionState.SCHEDULED)
+            .where(StepExecution.scheduled_for <= now)
+        )
+        if queues:
+            claimable = claimable.where(StepExecution.queue.in_(queues))
+        locked = session.execute(
+            select(wf.id)
+            .where(wf.id == workflow_id, wf.state == WorkflowState.READY, claimable.exists())
+            .with_for_update(skip_locked=True)
+        ).first()
+        if locked is not None:
+            return execution_id, workflow_id
+    return None
 
 
 def next_due_time(session: Session, queues: Sequence[str] | None) -> datetime | None:
@@ -233,3 +292,379 @@ def next_due_time(session: Session, queues: Sequence[str] | None) -> datetime | 
     if queues:
         stmt = stmt.where(StepExecution.queue.in_(queues))
     return session.execute(stmt).scalar_one_or_none()
+
+
+# -- the database worker: claims by id, leases, wake-ups ---------------------------------------
+
+
+def claim_execution(
+    session: Session, execution_id: int, now: datetime, queues: Sequence[str] | None
+) -> tuple[int, int] | None:
+    """Claim one known execution the way :func:`claim_due_execution` claims any: eager continuation.
+
+    Same conditions and the same ``FOR UPDATE OF workflows SKIP LOCKED``, so a worker running
+    the step it just scheduled can never collide with another worker that saw the row too.
+    """
+    wf = workflow_model()
+    stmt = (
+        select(StepExecution.id, StepExecution.workflow_id)
+        .join(wf, wf.id == StepExecution.workflow_id)
+        .where(StepExecution.id == execution_id)
+        .where(StepExecution.state == ExecutionState.SCHEDULED)
+        .where(StepExecution.scheduled_for <= now)
+        .where(wf.state == WorkflowState.READY)
+    )
+    if queues:
+        stmt = stmt.where(StepExecution.queue.in_(queues))
+    if _is_mysql(session):
+        # No FOR UPDATE OF on MariaDB: lock the workflow row alone (see the helper).
+        return _mysql_lock_first_claimable(session, session.execute(stmt).all(), now, queues)
+    row = session.execute(stmt.with_for_update(of=wf, skip_locked=True)).first()
+    return None if row is None else (row[0], row[1])
+
+
+def next_claimable_due_time(session: Session, queues: Sequence[str] | None) -> datetime | None:
+    """When the next execution a worker could claim falls due (ready workflows only).
+
+    Unlike :func:`next_due_time` this ignores rows kept for a paused workflow's ``resume()``:
+    they are due in the past, and an idle worker timing its sleep on them would spin.
+    """
+    wf = workflow_model()
+    stmt = (
+        select(func.min(StepExecution.scheduled_for))
+        .join(wf, wf.id == StepExecution.workflow_id)
+        .where(StepExecution.state == ExecutionState.SCHEDULED, wf.state == WorkflowState.READY)
+    )
+    if queues:
+        stmt = stmt.where(StepExecution.queue.in_(queues))
+    return session.execute(stmt).scalar_one_or_none()
+
+
+def extend_leases(session: Session, worker_id: str, until: datetime, now: datetime) -> int:
+    """Heartbeat: push out the lease of every in-progress execution ``worker_id`` holds.
+
+    Only rows still ``in_progress``: one recovered by another worker (its lease had run out)
+    stays recovered — the recovery re-checks the lease under the row lock, and this UPDATE
+    re-checks the state after waiting for that lock, so the two never both win.
+    """
+    result = session.execute(
+        update(StepExecution)
+        .where(
+            StepExecution.lease_owner == worker_id,
+            StepExecution.state == ExecutionState.IN_PROGRESS,
+        )
+        .values(lease_expires_at=until, updated_at=now)
+        .execution_options(synchronize_session=False)
+    )
+    return int(getattr(result, "rowcount", 0) or 0)
+
+
+def expired_lease_ids(
+    session: Session, now: datetime, limit: int, after: tuple[datetime, int] | None = None
+) -> list[tuple[datetime, int]]:
+    """In-progress executions whose worker stopped heartbeating, oldest expiry first.
+
+    Uses the partial index ``ix_geneva_drive_step_executions_lease`` (in-progress rows only),
+    so the sweep every worker runs costs the same with 1k or 10M finished rows. Keyset
+    pagination by ``(lease_expires_at, id)``: a row that could not be recovered is passed over.
+    """
+    stmt = (
+        select(StepExecution.lease_expires_at, StepExecution.id)
+        .where(
+            StepExecution.state == ExecutionState.IN_PROGRESS,
+            StepExecution.lease_expires_at < now,
+        )
+        .order_by(StepExecution.lease_expires_at, StepExecution.id)
+        .limit(limit)
+    )
+    if after is not None:
+        stmt = stmt.where(_after(StepExecution.lease_expires_at, StepExecution.id, after))
+    return _keys(session, stmt)
+
+
+def stuck_in_progress_ids(
+    session: Session,
+    cutoff: datetime,
+    now: datetime,
+    limit: int,
+    after: tuple[datetime, int] | None = None,
+) -> list[tuple[datetime, int]]:
+    """In-progress executions started before ``cutoff`` whose lease (if any) has run out.
+
+    A step that runs for hours under a worker that still heartbeats is not stuck: only rows
+    without a lease (external backends) or with an expired one qualify. By started_at, id.
+    """
+    stmt = (
+        select(StepExecution.started_at, StepExecution.id)
+        .where(
+            StepExecution.state == ExecutionState.IN_PROGRESS,
+            StepExecution.started_at < cutoff,
+            or_(StepExecution.lease_expires_at.is_(None), StepExecution.lease_expires_at < now),
+        )
+        .order_by(StepExecution.started_at, StepExecution.id)
+        .limit(limit)
+    )
+    if after is not None:
+        stmt = stmt.where(_after(StepExecution.started_at, StepExecution.id, after))
+    return _keys(session, stmt)
+
+
+def stuck_scheduled_ids(
+    session: Session, cutoff: datetime, limit: int, after: tuple[datetime, int] | None = None
+) -> list[tuple[datetime, int]]:
+    """Scheduled executions overdue since before ``cutoff``, oldest first.
+
+    Rows of paused workflows are left out: they are kept on purpose for ``resume()`` (the gem
+    recovered them — H-12). ``waiting`` rows are never stuck: they wait for a signal.
+    """
+    wf = workflow_model()
+    stmt = (
+        select(StepExecution.scheduled_for, StepExecution.id)
+        .join(wf, wf.id == StepExecution.workflow_id)
+        .where(
+            StepExecution.state == ExecutionState.SCHEDULED,
+            StepExecution.scheduled_for < cutoff,
+            wf.state != WorkflowState.PAUSED,
+        )
+        .order_by(StepExecution.scheduled_for, StepExecution.id)
+        .limit(limit)
+    )
+    if after is not None:
+        stmt = stmt.where(_after(StepExecution.scheduled_for, StepExecution.id, after))
+    return [(row[0], row[1]) for row in session.execute(stmt)]
+
+
+def _keys(session: Session, stmt: Any) -> list[tuple[datetime, int]]:
+    """(sort key, id) rows of a keyset query; the WHERE already rules out NULL keys."""
+    return [(at, id_) for at, id_ in session.execute(stmt) if at is not None]
+
+
+def _after(column: Any, id_column: Any, after: tuple[datetime, int]) -> Any:
+    """``(column, id) > after`` written out, as row-value comparison is not portable."""
+    at, last_id = after
+    return or_(column > at, and_(column == at, id_column > last_id))
+
+
+# -- housekeeping: batched cleanup and gauges ------------------------------------------------
+
+
+def _old_terminal_workflow_ids(cutoff: datetime) -> Any:
+    wf = workflow_model()
+    return select(wf.id).where(
+        wf.state.in_((WorkflowState.FINISHED, WorkflowState.CANCELED)),
+        wf.transitioned_at < cutoff,
+    )
+
+
+def _delete_batch(session: Session, table: Any, ids: Any) -> int:
+    # DELETE … WHERE id IN (SELECT id FROM (SELECT … LIMIT n) AS batch): the extra derived
+    # table is what MySQL/MariaDB need to accept a LIMIT in the IN sub-query; PostgreSQL and
+    # SQLite take it as written.
+    batch = ids.subquery("batch")
+    result = session.execute(
+        delete(table).where(table.c.id.in_(select(batch.c.id))),
+        execution_options={"synchronize_session": False},
+    )
+    return int(getattr(result, "rowcount", 0) or 0)
+
+
+def delete_executions_of_old_workflows(session: Session, cutoff: datetime, limit: int) -> int:
+    """Delete up to ``limit`` executions of finished/canceled workflows older than ``cutoff``."""
+    se = StepExecution.__table__
+    ids = (
+        select(se.c.id).where(se.c.workflow_id.in_(_old_terminal_workflow_ids(cutoff))).limit(limit)
+    )
+    return _delete_batch(session, se, ids)
+
+
+def delete_signals_of_old_workflows(session: Session, cutoff: datetime, limit: int) -> int:
+    """Delete up to ``limit`` signals of finished/canceled workflows older than ``cutoff``."""
+    sig = Signal.__table__
+    ids = (
+        select(sig.c.id)
+        .where(sig.c.workflow_id.in_(_old_terminal_workflow_ids(cutoff)))
+        .limit(limit)
+    )
+    return _delete_batch(session, sig, ids)
+
+
+def delete_old_workflows(session: Session, cutoff: datetime, limit: int) -> int:
+    """Delete up to ``limit`` finished/canceled workflows older than ``cutoff`` (children first)."""
+    table = workflow_model().__table__
+    return _delete_batch(session, table, _old_terminal_workflow_ids(cutoff).limit(limit))
+
+
+def workflow_counts(session: Session) -> list[tuple[str, str, int]]:
+    """(state, type, count) over all workflows: one grouped query for the gauges."""
+    wf = workflow_model()
+    stmt = select(wf.state, wf.type, func.count()).group_by(wf.state, wf.type)
+    return [(row[0], row[1], int(row[2])) for row in session.execute(stmt)]
+
+
+def waiting_counts(session: Session, since_before: datetime | None = None) -> list[tuple[str, int]]:
+    """(workflow type, count) of ``waiting`` executions, optionally parked before a time."""
+    wf = workflow_model()
+    stmt = (
+        select(wf.type, func.count())
+        .select_from(StepExecution)
+        .join(wf, wf.id == StepExecution.workflow_id)
+        .where(StepExecution.state == ExecutionState.WAITING)
+        .group_by(wf.type)
+    )
+    if since_before is not None:
+        stmt = stmt.where(StepExecution.waiting_since < since_before)
+    return [(row[0], int(row[1])) for row in session.execute(stmt)]
+
+
+# -- cross-process coordination: NOTIFY and the housekeeping lock ----------------------------
+
+NOTIFY_CHANNEL = "geneva_drive"
+# An arbitrary, fixed 64-bit key for pg_try_advisory_lock ("gd-hk" in ASCII).
+HOUSEKEEPING_LOCK_KEY = 0x67642D686B
+
+
+def notify_due(connection: Connection, queue: str) -> None:
+    """``NOTIFY geneva_drive, '<queue>'`` (PostgreSQL): wake listening idle workers."""
+    connection.execute(select(func.pg_notify(NOTIFY_CHANNEL, queue)))
+
+
+def try_housekeeping_lock(connection: Connection) -> bool:
+    """Take the cluster-wide housekeeping lock on ``connection`` if free; never waits.
+
+    PostgreSQL: a session-level advisory lock, released by :func:`release_housekeeping_lock`
+    or when the connection closes (a crashed holder cannot keep it). MySQL/MariaDB:
+    ``GET_LOCK`` with the same life cycle. SQLite runs on one node: always granted.
+    """
+    dialect = connection.dialect.name
+    if dialect == "postgresql":
+        return bool(
+            connection.execute(select(func.pg_try_advisory_lock(HOUSEKEEPING_LOCK_KEY))).scalar()
+        )
+    if dialect in ("mysql", "mariadb"):
+        return (
+            connection.execute(select(func.get_lock("geneva_drive_housekeeping", 0))).scalar() == 1
+        )
+    return True
+
+
+def release_housekeeping_lock(connection: Connection) -> None:
+    dialect = connection.dialect.name
+    if dialect == "postgresql":
+        connection.execute(select(func.pg_advisory_unlock(HOUSEKEEPING_LOCK_KEY)))
+    elif dialect in ("mysql", "mariadb"):
+        connection.execute(select(func.release_lock("geneva_drive_housekeeping")))
+
+
+def listen_statement() -> str:
+    """What an idle worker's dedicated connection runs to receive :func:`notify_due`."""
+    return f"LISTEN {NOTIFY_CHANNEL}"
+
+
+# -- external queues (Celery): what was sent, what must be sent --------------------------------
+
+
+def delivery_facts(session: Session, execution_id: int) -> tuple[str, datetime] | None:
+    """(state, scheduled_for) of one execution, or None: what a message's receiver checks first."""
+    row = session.execute(
+        select(StepExecution.state, StepExecution.scheduled_for).where(
+            StepExecution.id == execution_id
+        )
+    ).first()
+    return None if row is None else (row[0], row[1])
+
+
+def record_job_id(session: Session, execution_id: int, job_id: str | None, now: datetime) -> None:
+    """Remember the message that carries an execution (None: no message is out for it).
+
+    ``updated_at`` doubles as the time it was sent, which :func:`executions_to_dispatch` uses
+    to tell a lost message from a recent one. ``job_id`` is delivery bookkeeping, not workflow
+    state, so this one write goes without the workflow lock: a send never waits for a step.
+    """
+    session.execute(
+        update(StepExecution)
+        .where(StepExecution.id == execution_id)
+        .values(job_id=job_id, updated_at=now)
+        .execution_options(synchronize_session=False)
+    )
+
+
+def executions_to_dispatch(
+    session: Session, *, send_before: datetime, resend_before: datetime, limit: int
+) -> Sequence[tuple[StepExecution, Workflow]]:
+    """Scheduled executions of ready workflows that an external queue must be told about.
+
+    Never sent (``job_id`` is NULL) and due before ``send_before`` (now + the ETA horizon); or
+    sent before ``resend_before`` and due since before it — a message presumed lost. Paused
+    workflows' rows wait for ``resume()``. The outer ``scheduled_for`` bound lets the
+    ``(state, scheduled_for)`` index do the work: cost follows due rows, not table size.
+    """
+    wf = workflow_model()
+    stmt = (
+        select(StepExecution, wf)
+        .join(wf, wf.id == StepExecution.workflow_id)
+        .where(
+            StepExecution.state == ExecutionState.SCHEDULED,
+            StepExecution.scheduled_for <= send_before,
+            wf.state == WorkflowState.READY,
+            or_(
+                StepExecution.job_id.is_(None),
+                and_(
+                    StepExecution.scheduled_for <= resend_before,
+                    StepExecution.updated_at <= resend_before,
+                ),
+            ),
+        )
+        .order_by(StepExecution.scheduled_for, StepExecution.id)
+        .limit(limit)
+        .execution_options(populate_existing=True)
+    )
+    return [(row[0], row[1]) for row in session.execute(stmt)]
+
+
+def still_owns_execution(
+    session: Session, execution_id: int, owner: str | None, now: datetime
+) -> bool:
+    """Touch the execution iff it is still in progress under ``owner`` (None: no lease).
+
+    A resumable step calls this right before each checkpoint commit. The UPDATE takes the
+    execution's row lock (after the ORM's own write of the cursor), so lease recovery — which
+    locks the workflow, then this row — either ran before and we see its result, or waits
+    until we commit. A stalled worker whose execution was recovered must not keep committing
+    work and cursors onto it while a successor redoes them.
+    """
+    result = session.execute(
+        update(StepExecution)
+        .where(
+            StepExecution.id == execution_id,
+            StepExecution.state == ExecutionState.IN_PROGRESS,
+            StepExecution.lease_owner.is_not_distinct_from(owner),
+        )
+        .values(updated_at=now)
+        .execution_options(synchronize_session=False)
+    )
+    return bool(getattr(result, "rowcount", 0))
+
+
+_TRANSIENT_SQLSTATES = {"40001", "40P01", "55P03"}  # serialization, deadlock, lock not available
+_TRANSIENT_MYSQL_CODES = {1205, 1213}  # lock wait timeout, deadlock
+
+
+def is_transient(error: BaseException) -> bool:
+    """A database error that says "try again" (deadlock, lock timeout, lost connection).
+
+    Such an error is the database's, not the step's: the executor must not record it as a
+    step failure, only let the transaction roll back and the execution run again.
+    """
+    from sqlalchemy.exc import DBAPIError
+
+    if not isinstance(error, DBAPIError):
+        return False
+    if error.connection_invalidated:
+        return True
+    orig = error.orig
+    if getattr(orig, "sqlstate", None) in _TRANSIENT_SQLSTATES:
+        return True
+    args = getattr(orig, "args", ())
+    if args and isinstance(args[0], int) and args[0] in _TRANSIENT_MYSQL_CODES:
+        return True
+    return "database is locked" in str(orig)

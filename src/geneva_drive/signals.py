@@ -2,105 +2,174 @@
 
 Sender and receiver meet at two points, both under the workflow row lock, so the order of
 arrival never matters:
+
 - the *gate* (receiver): when a ``wait_for=`` step is about to run, it attaches the oldest
   matching unconsumed signal, or parks in ``waiting``;
 - *dispatch* (sender): ``workflow.signal()`` stores the row and, in the same transaction, wakes
   every parked execution whose matcher accepts it.
+
 A signal goes ``pending → claimed → consumed``; it is consumed once every chain attached to it
 ended cleanly (success or skip), so a reattempt or a resume sees the same payload again.
+
+Timeouts (``timeout=``/``on_timeout=``, beyond the gem) are ordinary rows: when an execution
+parks, a *timer* — a scheduled execution of the same step whose metadata says
+``{"timeout_for": <parked id>}`` — is inserted beside it, due at ``waiting_since + timeout``.
+The one-active index admits it because ``waiting`` is not in that index. Whoever takes the
+workflow lock first wins: dispatch cancels the timer before it wakes the parked row (so the
+index still holds), and a timer that runs first resolves the parked row per ``on_timeout``,
+after which a late signal is simply buffered. The stray sweep cancels both rows together.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from . import queries, serialization
+from . import queries, scheduling, serialization
 from .backends.base import EnqueuedStep, enqueue_after_commit
 from .config import settings
 from .errors import SignalPayloadTooLargeError, WorkflowNotOngoing
 from .models import Signal, StepExecution
-from .states import ACTIVE_EXECUTION_STATES, ExecutionState, Outcome, WorkflowState
+from .states import (
+    ACTIVE_EXECUTION_STATES,
+    ExecutionState,
+    Outcome,
+    WorkflowState,
+    check_step_transition,
+)
 
 if TYPE_CHECKING:
     from .steps import StepDefinition
     from .workflow import Workflow
 
+PENDING, CLAIMED, CONSUMED = "pending", "claimed", "consumed"
+TIMEOUT_FOR = "timeout_for"  # on a timer row: the id of the parked execution it times out
+TIMER_ID = "timeout_execution_id"  # on a parked row: the id of its timer
+_MAX_STRING = 255  # name and idempotency_key columns
+
+
+# -- delivery (sender side) ----------------------------------------------------------------
+
 
 def deliver_signal(
     workflow: Workflow, name: str, *, payload: Any = None, idempotency_key: str | None = None
 ) -> Signal:
-    """Persist a signal and wake matching parked steps, in the caller's transaction."""
-    if not isinstance(name, str) or not name.strip():
-        raise ValueError(f"{type(workflow).__name__} id={workflow.id}: signal() needs a name")
+    """Persist a signal and wake matching parked steps, in the caller's transaction.
+
+    Everything is checked before anything is written. A dispatch that raises (a matcher
+    raising, say) rolls back this delivery only — it runs in a savepoint — so the caller's
+    transaction stays usable and the call can simply be retried.
+    """
+    label = f"{type(workflow).__name__} id={workflow.id}"
+    if not isinstance(name, str) or not name.strip() or len(name) > _MAX_STRING:
+        raise ValueError(
+            f"{label}: signal() needs a signal name, a non-blank str of at most {_MAX_STRING} "
+            f"characters; got {name!r}"
+        )
     key = None if idempotency_key is None else str(idempotency_key)
+    if key is not None and (not key or len(key) > _MAX_STRING):
+        raise ValueError(
+            f"{label}: signal({name!r}) idempotency_key must be a non-empty string of at most "
+            f"{_MAX_STRING} characters, got {idempotency_key!r}; pass None for no deduplication"
+        )
     encoded = None if payload is None else serialization.encode(payload)
     limit = settings().max_signal_payload_size
     if encoded is not None and limit is not None:
         size = serialization.encoded_size(payload)
         if size > limit:
             raise SignalPayloadTooLargeError(
-                f"{type(workflow).__name__} id={workflow.id}: payload of signal {name!r} is "
-                f"{size} bytes, over max_signal_payload_size={limit}; store large data "
-                "elsewhere and send a reference"
+                f"{label}: the payload of signal {name!r} is {size} bytes, over "
+                f"max_signal_payload_size={limit}; store large data elsewhere and send a "
+                "reference (a row, a URL), or raise the limit with configure()"
             )
     session = workflow.session
+    # The lock (which also reloads the row) serialises us with the gate, the executor and
+    # other senders: whichever commits second sees the other's write.
     queries.lock_workflow(session, workflow.id)
+    existing = _find(session, workflow.id, name, key) if key is not None else None
+    if existing is not None:
+        # An exact redelivery returns the first row, whatever the workflow's state now.
+        return _duplicate(existing)
     if not workflow.ongoing:
-        existing = _find(session, workflow.id, name, key) if key is not None else None
-        if existing is not None:
-            existing.duplicate_delivery = True
-            return existing
         raise WorkflowNotOngoing(
-            f"{type(workflow).__name__} id={workflow.id}: cannot deliver signal {name!r} to a "
-            f"{workflow.state} workflow"
+            f"{label}: cannot deliver signal {name!r} to a {workflow.state} workflow; signals "
+            "are only accepted while it is ongoing (start a new workflow for new events)"
         )
-    if key is not None:
-        existing = _find(session, workflow.id, name, key)
-        if existing is not None:
-            existing.duplicate_delivery = True
-            return existing
-    signal = Signal(workflow_id=workflow.id, name=name, idempotency_key=key, payload_json=encoded)
-    try:
-        # A savepoint: a concurrent duplicate losing on the unique index keeps the caller's
-        # transaction usable, and we return the row that won.
-        with session.begin_nested():
-            session.add(signal)
-            session.flush()
-    except IntegrityError:
-        existing = _find(session, workflow.id, name, key)
-        if existing is None:
-            raise
-        existing.duplicate_delivery = True
-        return existing
-    signal.duplicate_delivery = False
-    if workflow.state != WorkflowState.PAUSED:
-        wake_matching(session, workflow, signal)
+    with session.begin_nested():  # a failing dispatch undoes this delivery and nothing else
+        signal = Signal(
+            workflow_id=workflow.id,
+            name=name,
+            idempotency_key=key,
+            state=PENDING,
+            claimed=0,
+            consumed=0,
+            payload_json=encoded,
+        )
+        try:
+            # A savepoint of its own: losing a race on the dedup index must not poison the
+            # caller's transaction (PostgreSQL aborts it otherwise). Under the workflow lock
+            # the look-up above normally sees a committed winner first; this is the backstop
+            # for writers that bypass the lock.
+            with session.begin_nested():
+                session.add(signal)
+                session.flush()
+        except IntegrityError:
+            winner = _find(session, workflow.id, name, key) if key is not None else None
+            if winner is None:
+                raise
+            return _duplicate(winner)
+        signal.duplicate_delivery = False
+        if workflow.state == WorkflowState.PAUSED:
+            workflow.logger.info("paused: signal %r buffered until resume()", name)
+        else:
+            wake_matching(session, workflow, signal)
     return signal
 
 
-def _find(session: Session, workflow_id: int, name: str, key: str | None) -> Signal | None:
-    stmt = select(Signal).where(
-        Signal.workflow_id == workflow_id, Signal.name == name, Signal.idempotency_key == key
+def _duplicate(signal: Signal) -> Signal:
+    signal.duplicate_delivery = True
+    return signal
+
+
+def _find(session: Session, workflow_id: int, name: str, key: str) -> Signal | None:
+    stmt = (
+        select(Signal)
+        .where(
+            Signal.workflow_id == workflow_id,
+            Signal.name == name,
+            Signal.idempotency_key == key,
+        )
+        .execution_options(populate_existing=True)
     )
     return session.execute(stmt).scalar_one_or_none()
 
 
 def _adopt(signal: Signal, workflow: Workflow) -> Signal:
-    # Matchers see the live workflow instance doing the scan (not a stale copy).
+    # Matchers see the live workflow instance doing the scan (not a second, stale copy).
     signal.__dict__["workflow"] = workflow
     return signal
 
 
+def _matches(
+    session: Session, step_def: StepDefinition, signal: Signal, workflow: Workflow
+) -> bool:
+    # References in the payload load in the scanning session (see serialization).
+    with serialization.decoding_session(session):
+        return bool(step_def.signal_matcher.matches(_adopt(signal, workflow)))
+
+
 def attachable(session: Session, workflow_id: int) -> Sequence[Signal]:
+    """Signals not yet consumed, oldest first: the candidates at the gate and on resume."""
     stmt = (
         select(Signal)
-        .where(Signal.workflow_id == workflow_id, Signal.state != "consumed")
+        .where(Signal.workflow_id == workflow_id, Signal.state != CONSUMED)
         .order_by(Signal.created_at, Signal.id)
+        .execution_options(populate_existing=True)
     )
     return session.execute(stmt).scalars().all()
 
@@ -110,31 +179,44 @@ def wake_matching(session: Session, workflow: Workflow, signal: Signal) -> list[
     if workflow.state == WorkflowState.PAUSED or not workflow.ongoing:
         return []
     now = settings().clock.now()
-    woken: list[StepExecution] = []
-    parked = session.execute(
-        select(StepExecution)
-        .where(
-            StepExecution.workflow_id == workflow.id,
-            StepExecution.state == ExecutionState.WAITING,
+    parked = (
+        session.execute(
+            select(StepExecution)
+            .where(
+                StepExecution.workflow_id == workflow.id,
+                StepExecution.state == ExecutionState.WAITING,
+            )
+            .order_by(StepExecution.created_at, StepExecution.id)
+            .execution_options(populate_existing=True)
         )
-        .order_by(StepExecution.created_at, StepExecution.id)
-    ).scalars()
+        .scalars()
+        .all()
+    )
+    woken: list[tuple[StepExecution, StepDefinition]] = []
     for execution in parked:
         step_def = type(workflow).steps.named(execution.step_name)
+        # A step whose definition is gone can never match: the matcher lives on it.
         if step_def is None or not step_def.waits_for_signal:
             continue
-        if not step_def.signal_matcher.matches(_adopt(signal, workflow)):
+        if not _matches(session, step_def, signal, workflow):
             continue
+        # The timer leaves the one-active index before the parked row enters it.
+        cancel_timeout(session, execution, now)
         claim(signal)
         execution.signal_id = signal.id
         execution.state = ExecutionState.SCHEDULED
         execution.scheduled_for = now  # a lost wake-up is then an overdue row: recoverable
         execution.waiting_since = None
-        woken.append(execution)
-    session.flush()
-    for execution in woken:
-        step_def = type(workflow).steps.named(execution.step_name)
-        assert step_def is not None
+        session.flush()
+        woken.append((execution, step_def))
+    for execution, step_def in woken:
+        workflow.logger.info(
+            "signal %r (id=%s) woke step %r (execution %s)",
+            signal.name,
+            signal.id,
+            execution.step_name,
+            execution.id,
+        )
         enqueue_after_commit(
             session,
             EnqueuedStep(
@@ -145,43 +227,18 @@ def wake_matching(session: Session, workflow: Workflow, signal: Signal) -> list[
                 workflow.merged_job_options(step_def),
             ),
         )
-    return woken
+    return [execution for execution, _ in woken]
+
+
+# -- lifecycle -------------------------------------------------------------------------------
 
 
 def claim(signal: Signal) -> None:
-    signal.claimed += 1
-    if signal.state == "pending":
-        signal.state = "claimed"
+    """One more execution attached; the first claim flips ``pending → claimed``."""
+    signal.claimed = (signal.claimed or 0) + 1
+    if signal.state == PENDING:
+        signal.state = CLAIMED
         signal.claimed_at = settings().clock.now()
-
-
-def gate(
-    session: Session, workflow: Workflow, execution: StepExecution, step_def: StepDefinition
-) -> Signal | None:
-    """Receiver side: the attached signal, a newly claimed one, or None after parking."""
-    if execution.signal_id is not None:
-        pinned = session.get(Signal, execution.signal_id)
-        if pinned is not None:
-            return pinned
-    for candidate in attachable(session, workflow.id):
-        if step_def.signal_matcher.matches(_adopt(candidate, workflow)):
-            claim(candidate)
-            execution.signal_id = candidate.id
-            return candidate
-    execution.state = ExecutionState.WAITING
-    execution.waiting_since = settings().clock.now()
-    return None
-
-
-def rendezvous(session: Session, workflow: Workflow, execution: StepExecution) -> None:
-    """On resume(): wake a parked execution if a buffered signal matches it."""
-    step_def = type(workflow).steps.named(execution.step_name)
-    if step_def is None or not step_def.waits_for_signal:
-        return
-    for candidate in attachable(session, workflow.id):
-        if step_def.signal_matcher.matches(_adopt(candidate, workflow)):
-            wake_matching(session, workflow, candidate)
-            return
 
 
 def record_clean_resolution(
@@ -190,18 +247,23 @@ def record_clean_resolution(
     """One attached chain ended cleanly; consume the signal once every chain has."""
     if execution.signal_id is None:
         return
-    signal = session.get(Signal, execution.signal_id)
+    signal = session.get(Signal, execution.signal_id, populate_existing=True)
     if signal is None:
         return
-    signal.consumed += 1
-    if signal.state == "claimed" and fully_resolved(session, signal, resolved_step_names):
-        signal.state = "consumed"
+    signal.consumed = (signal.consumed or 0) + 1
+    if signal.state == CLAIMED and fully_resolved(session, signal, resolved_step_names):
+        signal.state = CONSUMED
         signal.consumed_at = settings().clock.now()
 
 
 def fully_resolved(
     session: Session, signal: Signal, resolved_step_names: Sequence[str] = ()
 ) -> bool:
+    """Every chain attached to ``signal`` ended, and each step's newest row succeeded or skipped.
+
+    Executions of ``resolved_step_names`` are ignored (a skip decision resolves its step). No
+    attached execution at all counts as resolved.
+    """
     session.flush()
     attached = session.execute(
         select(StepExecution)
@@ -219,11 +281,14 @@ def fully_resolved(
 
 
 def settle_signal_for_skipped(session: Session, execution: StepExecution) -> None:
-    """A deliberately skipped execution settles its claimed signal (skips are decisions)."""
+    """A deliberately skipped execution settles its claimed signal (a skip is a decision).
+
+    An execution that never attached settles nothing: buffered signals stay pending.
+    """
     if execution.signal_id is None:
         return
-    signal = session.get(Signal, execution.signal_id)
-    if signal is not None and signal.state == "claimed":
+    signal = session.get(Signal, execution.signal_id, populate_existing=True)
+    if signal is not None and signal.state == CLAIMED:
         record_clean_resolution(session, execution, [execution.step_name])
 
 
@@ -235,3 +300,190 @@ def settle_for_skipped_paused(session: Session, workflow: Workflow) -> None:
     attached = [e for e in executions if e.signal_id is not None]
     if attached:
         settle_signal_for_skipped(session, attached[-1])
+
+
+# -- the gate (receiver side) ----------------------------------------------------------------
+
+
+def gate(
+    session: Session, workflow: Workflow, execution: StepExecution, step_def: StepDefinition
+) -> Signal | None:
+    """Receiver side: the attached signal, a newly claimed one, or None after parking."""
+    if execution.signal_id is not None:
+        # Woken by dispatch, or a resumable successor carrying its predecessor's pin.
+        pinned = session.get(Signal, execution.signal_id, populate_existing=True)
+        if pinned is not None:
+            return pinned
+    for candidate in attachable(session, workflow.id):
+        if _matches(session, step_def, candidate, workflow):
+            claim(candidate)
+            execution.signal_id = candidate.id
+            return candidate
+    now = settings().clock.now()
+    check_step_transition(execution.state, ExecutionState.WAITING)
+    execution.state = ExecutionState.WAITING
+    execution.waiting_since = now
+    if step_def.timeout is not None:
+        _arm_timeout(session, workflow, execution, step_def, now)
+    workflow.logger.info(
+        "step %r parked waiting for %r (execution %s)",
+        execution.step_name,
+        step_def.signal_matcher,
+        execution.id,
+    )
+    return None
+
+
+def rendezvous(session: Session, workflow: Workflow, execution: StepExecution) -> None:
+    """On resume(): wake a parked execution if a buffered signal matches it."""
+    step_def = type(workflow).steps.named(execution.step_name)
+    if step_def is None or not step_def.waits_for_signal:
+        return
+    for candidate in attachable(session, workflow.id):
+        if _matches(session, step_def, candidate, workflow):
+            wake_matching(session, workflow, candidate)
+            return
+    # Still parked. A timer that came due while the workflow was paused was left alone by
+    # the executor; hand it to the backend again so it fires now (or when due).
+    timer = _timer_of(session, execution)
+    if timer is not None:
+        _enqueue(session, workflow, timer, step_def)
+
+
+# -- timeouts --------------------------------------------------------------------------------
+
+
+def is_timer(execution: StepExecution) -> bool:
+    """Whether ``execution`` is the timeout row of a parked execution (not a step run)."""
+    return execution.read_metadata(TIMEOUT_FOR) is not None
+
+
+def _arm_timeout(
+    session: Session,
+    workflow: Workflow,
+    execution: StepExecution,
+    step_def: StepDefinition,
+    now: datetime,
+) -> None:
+    assert step_def.timeout is not None
+    # The parked row must leave the one-active index before the timer enters it.
+    session.flush()
+    options = workflow.merged_job_options(step_def)
+    timer = StepExecution(
+        workflow_id=workflow.id,
+        step_name=execution.step_name,
+        state=ExecutionState.SCHEDULED,
+        scheduled_for=now + step_def.timeout,
+        queue=options.get("queue") or "default",
+        priority=options.get("priority") or 0,
+        metadata_json={TIMEOUT_FOR: execution.id, "on_timeout": step_def.on_timeout},
+    )
+    session.add(timer)
+    session.flush()
+    execution.write_metadata(TIMER_ID, timer.id)
+    _enqueue(session, workflow, timer, step_def)
+
+
+def _enqueue(
+    session: Session, workflow: Workflow, execution: StepExecution, step_def: StepDefinition
+) -> None:
+    enqueue_after_commit(
+        session,
+        EnqueuedStep(
+            execution.id,
+            workflow.id,
+            execution.step_name,
+            execution.scheduled_for,
+            workflow.merged_job_options(step_def),
+        ),
+    )
+
+
+def _timer_of(session: Session, parked: StepExecution) -> StepExecution | None:
+    timer_id = parked.read_metadata(TIMER_ID)
+    if timer_id is None:
+        return None
+    timer = queries.lock_execution(session, int(timer_id))
+    if timer is None or timer.state != ExecutionState.SCHEDULED:
+        return None
+    return timer
+
+
+def cancel_timeout(session: Session, parked: StepExecution, now: datetime) -> None:
+    """The parked execution is leaving ``waiting``: its timer will not be needed (lock held)."""
+    timer = _timer_of(session, parked)
+    if timer is not None:
+        _close(timer, ExecutionState.CANCELED, Outcome.CANCELED, now)
+        session.flush()
+
+
+def fire_timeout(session: Session, workflow: Workflow, timer: StepExecution, now: datetime) -> None:
+    """A timer came due before any matching signal: resolve its parked row per on_timeout.
+
+    Runs in the executor's phase 1 under the workflow lock, with ``timer`` still scheduled
+    and the workflow ready. If the parked row is no longer waiting (woken, swept, skipped),
+    the timer is stale and ends canceled.
+    """
+    parked_id = timer.read_metadata(TIMEOUT_FOR)
+    parked = queries.lock_execution(session, int(parked_id))
+    if parked is None or parked.state != ExecutionState.WAITING:
+        _close(timer, ExecutionState.CANCELED, Outcome.CANCELED, now)
+        return
+    step_def = type(workflow).steps.named(parked.step_name)
+    action = timer.read_metadata("on_timeout") or "skip"
+    if step_def is not None and step_def.on_timeout is not None:
+        action = step_def.on_timeout  # the deployed code decides, if it still says
+    # The timer did its job; it leaves the one-active index before anything is scheduled.
+    _close(timer, ExecutionState.COMPLETED, Outcome.SUCCESS, now)
+    parked.write_metadata("timed_out", True)
+    session.flush()
+    log = workflow.logger
+    name = parked.step_name
+    if action == "cancel":
+        log.info("step %r timed out waiting for a signal; canceling the workflow", name)
+        _close(parked, ExecutionState.CANCELED, Outcome.CANCELED, now)
+        scheduling.transition(workflow, WorkflowState.CANCELED, current_step_name=None)
+    elif action == "pause":
+        log.info("step %r timed out waiting for a signal; pausing (resume() waits again)", name)
+        _close(parked, ExecutionState.CANCELED, Outcome.CANCELED, now)
+        scheduling.transition(
+            workflow, WorkflowState.PAUSED, current_step_name=None, next_step_name=name
+        )
+    elif action == "skip":
+        log.info("step %r timed out waiting for a signal; skipping it", name)
+        _close(parked, ExecutionState.SKIPPED, Outcome.SKIPPED, now)
+        scheduling.transition(
+            workflow, WorkflowState.READY, current_step_name=None, next_step_name=name
+        )
+        scheduling.schedule_next_step(session, workflow)
+    else:
+        target = type(workflow).steps.named(action)
+        if target is None or target.removed:
+            # Validated at class definition; only a stale stored action can get here.
+            log.warning("step %r timed out; on_timeout step %r is gone, skipping", name, action)
+            target = type(workflow).steps.next_after(name)
+        else:
+            log.info("step %r timed out waiting for a signal; going to step %r", name, action)
+        _close(parked, ExecutionState.SKIPPED, Outcome.SKIPPED, now)
+        scheduling.transition(workflow, WorkflowState.READY, current_step_name=None)
+        if target is None:
+            scheduling.finish_workflow(workflow)
+        else:
+            scheduling.create_step_execution(session, workflow, target, wait=target.wait_delta)
+
+
+_STAMPS = {
+    ExecutionState.COMPLETED: "completed_at",
+    ExecutionState.CANCELED: "canceled_at",
+    ExecutionState.SKIPPED: "skipped_at",
+}
+
+
+def _close(
+    execution: StepExecution, state: ExecutionState, outcome: Outcome, now: datetime
+) -> None:
+    check_step_transition(execution.state, state)
+    execution.state = state
+    execution.outcome = outcome
+    setattr(execution, _STAMPS[state], now)
+    execution.finished_at = now

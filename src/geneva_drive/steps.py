@@ -73,6 +73,10 @@ class StepDefinition:
     checkpoint_every: int | None = None
     checkpoint_interval: Any = None
     removed: bool = False
+    # Signal timeouts (wait_for= steps only): normalised by validate() to a timedelta and to
+    # "skip" | "cancel" | "pause" | <step name>; the step name is checked by _register_dsl.
+    timeout: Any = None
+    on_timeout: Any = None
     # Filled in by validate():
     exception_policy: StepPolicy | None = field(default=None, init=False)
     signal_matcher: Any = field(default=None, init=False)
@@ -127,6 +131,7 @@ class StepDefinition:
             fail("is already defined in this class or a parent; give the step another name")
         self.wait_delta = self._validate_wait()
         self.signal_matcher = self._validate_wait_for()
+        self._validate_timeout()
         if not (self.skip_if is None or isinstance(self.skip_if, bool | str)) and not callable(
             self.skip_if
         ):
@@ -189,6 +194,46 @@ class StepDefinition:
             f"wait_for= must be a signal name, a SignalMatcher, or an object with "
             f"matches(signal); got {wait_for!r}"
         )
+
+    def _validate_timeout(self) -> None:
+        timeout, on_timeout = self.timeout, self.on_timeout
+        if timeout is None:
+            if on_timeout is not None:
+                self._fail(
+                    f"on_timeout={on_timeout!r} needs timeout=; add timeout=timedelta(...) or "
+                    "drop on_timeout="
+                )
+            return
+        if self.signal_matcher is None:
+            self._fail(
+                f"timeout={timeout!r} only applies to a step that waits for a signal; add "
+                "wait_for='<signal name>', or use wait= to delay the step"
+            )
+        seconds: float | None = None
+        if isinstance(timeout, timedelta):
+            seconds = timeout.total_seconds()
+        elif isinstance(timeout, int | float) and not isinstance(timeout, bool):
+            seconds = float(timeout)
+        if seconds is None or seconds <= 0:
+            self._fail(
+                f"timeout= must be a positive timedelta or number of seconds, got {timeout!r}"
+            )
+        self.timeout = timedelta(seconds=seconds)
+        if isinstance(on_timeout, StepDefinition):
+            on_timeout = on_timeout.name
+        if on_timeout is None:
+            on_timeout = "skip"
+        if not isinstance(on_timeout, str) or not on_timeout.strip():
+            self._fail(
+                f"on_timeout= must be 'skip', 'cancel', 'pause' or the name of a step of this "
+                f"workflow, got {on_timeout!r}"
+            )
+        if on_timeout == self.name:
+            self._fail(
+                f"on_timeout={on_timeout!r} names the waiting step itself, which would wait "
+                "forever; drop timeout= instead, or name another step"
+            )
+        self.on_timeout = on_timeout
 
     def _validate_on_exception(self) -> StepPolicy | None:
         value = self.on_exception
@@ -328,8 +373,8 @@ def step(fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
     """Declare a step: ``@step``, ``@step(wait=...)``, or ``step(fn, ...)`` as a class attribute.
 
     Options: ``name, wait, wait_for, skip_if, on_exception, max_reattempts, terminal_action,
-    before_step, after_step, job_options``. A lambda (or ``name=None`` with a lambda) becomes an
-    anonymous step named ``step_N``.
+    before_step, after_step, job_options``, and with ``wait_for``: ``timeout, on_timeout``.
+    A lambda (or ``name=None`` with a lambda) becomes an anonymous step named ``step_N``.
     """
     if fn is not None:
         return _declare(fn, options)

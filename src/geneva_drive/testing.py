@@ -181,7 +181,10 @@ def assert_cursor(workflow: Workflow, expected: Any) -> None:
     _sync(workflow)
     current = queries.current_execution(workflow.session, workflow.id)
     actual = current.cursor_value if current is not None else None
-    assert actual == expected, f"expected cursor {expected!r}, got {actual!r}"
+    assert actual == expected, (
+        f"{type(workflow).__name__} id={workflow.id}: expected cursor {expected!r}, got "
+        f"{actual!r} on {current!r}"
+    )
 
 
 def assert_step_has_successor(workflow: Workflow, step_name: str) -> None:
@@ -194,7 +197,8 @@ def assert_step_has_successor(workflow: Workflow, step_name: str) -> None:
         if successor is not None and successor.state == ExecutionState.SCHEDULED:
             return
     raise AssertionError(
-        f"step {step_name!r} has no completed execution with a scheduled successor"
+        f"{type(workflow).__name__} id={workflow.id}: step {step_name!r} has no completed "
+        "execution with a scheduled successor"
     )
 
 

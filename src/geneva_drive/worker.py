@@ -1,34 +1,56 @@
 """The database worker: claims due step executions and runs them on a pool of threads.
 
-Each thread loops: claim one due execution (the claim and phase 1 are one transaction), run
-it, repeat; when nothing is due it sleeps until the next due time, a poll interval, or a
-wake-up from a step scheduled in this process — whichever comes first.
+Threads of one worker process:
 
-Stopping: the first SIGINT/SIGTERM stops claiming and lets running steps finish; a second
-one exits at once (their leases then expire and the executions are recovered).
+- **step threads** (``concurrency`` of them) loop: claim one due execution (the claim and
+  phase 1 are one transaction, ``FOR UPDATE OF workflows SKIP LOCKED``), run it, and — eager
+  continuation — if that step scheduled its successor due now on a queue this worker serves,
+  claim that one by id and run it straight away. When nothing is due a thread sleeps until the
+  next due time, the poll interval, or a wake-up, whichever comes first.
+- **the maintenance thread** heartbeats every ``lease / 3``: it extends the lease of every
+  execution this worker holds, recovers executions of *other* workers whose lease ran out (a
+  cheap indexed query, so every worker can afford it), and runs housekeeping when
+  ``housekeeping_interval`` is set (one worker at a time, by a database lock).
+- **the listener** (PostgreSQL): ``LISTEN geneva_drive`` on a dedicated connection; a NOTIFY
+  from a commit that made a row due now wakes idle step threads at once.
+
+Stopping: the first SIGINT/SIGTERM (or :meth:`Worker.stop`) stops claiming; running steps get
+``grace_period`` to finish (resumable ones stop at their next checkpoint); steps still running
+then have their leases expired on the spot, so another worker recovers them without waiting.
+A second signal exits at once; the leases then simply run out and are recovered.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
 import socket
 import threading
+import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from types import FrameType
 
+from . import housekeeping, queries
+from .backends.base import EnqueuedStep
 from .backends.database import DatabaseBackend
+from .clock import to_timedelta
 from .config import Settings, settings
 from .executor import RunOptions, claim_and_run
-from .queries import next_due_time
 
 log = logging.getLogger("geneva_drive.worker")
 
+# Shortest idle sleep: a due row we could not claim (its workflow row is locked by someone
+# finishing a step) must not turn the idle loop into a busy loop.
+MIN_IDLE_SECONDS = 0.05
+
 
 class Worker:
+    """A worker process's pool of step threads, its heartbeat, and its wake-ups."""
+
     def __init__(
         self,
         *,
@@ -36,7 +58,11 @@ class Worker:
         queues: list[str] | None = None,
         concurrency: int | None = None,
         poll_interval: float = 1.0,
-        lease: timedelta = timedelta(seconds=30),
+        lease: timedelta | float = timedelta(seconds=30),
+        grace_period: timedelta | float = timedelta(seconds=30),
+        housekeeping_interval: timedelta | float | None = None,
+        listen: bool = True,
+        eager: bool = True,
     ) -> None:
         self.config = config or settings()
         engine = self.config.require_engine()
@@ -45,18 +71,36 @@ class Worker:
             concurrency = 1 if engine.dialect.name == "sqlite" else 4
         if concurrency < 1:
             raise ValueError(f"Worker(concurrency={concurrency!r}): expected at least 1")
+        self.lease = to_timedelta(lease)
+        if self.lease <= timedelta(0):
+            raise ValueError(
+                f"Worker(lease={lease!r}): a lease must be positive; it is how long a dead "
+                "worker's step stays claimed before another worker recovers it (default 30 s)"
+            )
+        self.grace_period = to_timedelta(grace_period)
+        self.housekeeping_interval = (
+            None if housekeeping_interval is None else to_timedelta(housekeeping_interval)
+        )
         self.queues = queues or None
         self.concurrency = concurrency
         self.poll_interval = poll_interval
+        self.listen = listen and engine.dialect.name == "postgresql"
+        self.eager = eager
         self.worker_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        self._stopping = threading.Event()
-        self._wakeup = threading.Event()
-        self._until: Callable[[], bool] | None = None
         self.options = RunOptions(
-            worker_id=self.worker_id, lease=lease, should_exit=self._stopping.is_set
+            worker_id=self.worker_id, lease=self.lease, should_exit=self._should_exit
         )
-        self._threads: list[threading.Thread] = []
         self.steps_run = 0
+        self.steps_run_eagerly = 0
+        self.leases_recovered = 0
+        self.abandoned = 0  # steps still running when the grace period ended
+        self.listening = False
+        self.idle_waits = 0  # times a step thread went idle (tests wait on it)
+        self._stopping = threading.Event()  # stop claiming
+        self._done = threading.Event()  # stop the maintenance thread and the listener
+        self._wakeup = threading.Event()
+        self._stop_requested_at: float | None = None
+        self._until: Callable[[], bool] | None = None
         self._count_lock = threading.Lock()
 
     # -- running -------------------------------------------------------------------------
@@ -69,64 +113,220 @@ class Worker:
         if install_signals and threading.current_thread() is threading.main_thread():
             self._install_signal_handlers()
         log.info(
-            "worker %s started: concurrency=%d queues=%s",
+            "worker %s started: concurrency=%d queues=%s lease=%ss",
             self.worker_id,
             self.concurrency,
             ",".join(self.queues or ["*"]),
+            self.lease.total_seconds(),
         )
         self._until = until
+        helpers = [threading.Thread(target=self._maintain, name="geneva-drive-heartbeat")]
+        if self.listen:
+            helpers.append(threading.Thread(target=self._listen, name="geneva-drive-listen"))
+        steps = [
+            threading.Thread(target=self._loop, name=f"geneva-drive-{i}", daemon=True)
+            for i in range(self.concurrency)
+        ]
         try:
-            self._threads = [
-                threading.Thread(target=self._loop, name=f"geneva-drive-{i}", daemon=True)
-                for i in range(self.concurrency)
-            ]
-            for thread in self._threads:
+            for thread in [*helpers, *steps]:
+                thread.daemon = True
                 thread.start()
-            for thread in self._threads:
-                while thread.is_alive():
-                    thread.join(timeout=0.5)
+            self._wait_for(steps)
         finally:
+            self._done.set()
+            for thread in helpers:
+                thread.join(timeout=10)
+            if self.abandoned:
+                # After the heartbeat thread has stopped, so it cannot extend them again.
+                released = self.release_leases()
+                log.warning(
+                    "grace period of %ss over with %d step(s) still running: released %d "
+                    "lease(s) for other workers to recover them",
+                    self.grace_period.total_seconds(),
+                    self.abandoned,
+                    released,
+                )
             if isinstance(backend, DatabaseBackend):
                 backend.unsubscribe(self._wakeup)
             log.info("worker %s stopped after %d step(s)", self.worker_id, self.steps_run)
 
     def stop(self) -> None:
         """Stop claiming; running steps finish (resumable ones stop at their next checkpoint)."""
+        if self._stop_requested_at is None:
+            self._stop_requested_at = time.monotonic()
         self._stopping.set()
         self._wakeup.set()
 
+    def _should_exit(self) -> bool:
+        return self._stopping.is_set()
+
+    def _wait_for(self, steps: list[threading.Thread]) -> None:
+        while any(thread.is_alive() for thread in steps):
+            for thread in steps:
+                thread.join(timeout=0.2)
+            started = self._stop_requested_at
+            if (
+                started is not None
+                and time.monotonic() - started > self.grace_period.total_seconds()
+            ):
+                break
+        self.abandoned = sum(1 for thread in steps if thread.is_alive())
+
+    # -- the step threads ----------------------------------------------------------------
+
     def _loop(self) -> None:
-        while not self._stopping.is_set():
-            try:
-                ran = claim_and_run(self.queues, self.options, self.config)
-            except Exception:
-                log.exception("worker loop error; retrying after a pause")
-                self._stopping.wait(self.poll_interval)
-                continue
-            if ran:
+        taken: list[int] = []
+
+        def take(step: EnqueuedStep) -> bool:
+            # Called after phase 3 committed, in this thread: keep a step due now for us.
+            if not self.eager or taken or self._stopping.is_set():
+                return False
+            if self.queues and str(step.job_options.get("queue") or "default") not in self.queues:
+                return False
+            if step.scheduled_for > self.config.clock.now():
+                return False
+            taken.append(step.execution_id)
+            return True
+
+        with self._continuing(take):
+            while not self._stopping.is_set():
+                try:
+                    ran = claim_and_run(self.queues, self.options, self.config)
+                    if ran:
+                        self._count()
+                    while taken and not self._stopping.is_set():
+                        if claim_and_run(
+                            self.queues, self.options, self.config, execution_id=taken.pop()
+                        ):
+                            self._count(eager=True)
+                except Exception:
+                    log.exception("worker loop error; retrying after a pause")
+                    self._stopping.wait(self.poll_interval)
+                    continue
+                finally:
+                    # Not run (we are stopping, or it failed): it stays scheduled for anyone.
+                    taken.clear()
+                if ran:
+                    continue
+                if self._until is not None and self._until():
+                    self.stop()
+                    return
+                timeout = self._idle_timeout()
                 with self._count_lock:
-                    self.steps_run += 1
-                continue
-            if self._until is not None and self._until():
-                self.stop()
-                return
-            self._wakeup.wait(self._idle_timeout())
-            self._wakeup.clear()
+                    self.idle_waits += 1
+                self._wakeup.wait(timeout)
+                self._wakeup.clear()
+
+    @contextlib.contextmanager
+    def _continuing(self, take: Callable[[EnqueuedStep], bool]) -> Iterator[None]:
+        backend = self.config.backend
+        if isinstance(backend, DatabaseBackend):
+            with backend.continuing(take):
+                yield
+        else:
+            yield
+
+    def _count(self, *, eager: bool = False) -> None:
+        with self._count_lock:
+            self.steps_run += 1
+            if eager:
+                self.steps_run_eagerly += 1
 
     def _idle_timeout(self) -> float:
-        with self.config.session_factory()() as session:
-            due = next_due_time(session, self.queues)
+        with self.config.session_factory()() as session, session.begin():
+            due = queries.next_claimable_due_time(session, self.queues)
         if due is None:
             return self.poll_interval
         seconds = (due - self.config.clock.now()).total_seconds()
-        return max(0.0, min(self.poll_interval, seconds))
+        return max(MIN_IDLE_SECONDS, min(self.poll_interval, seconds))
+
+    # -- leases --------------------------------------------------------------------------
+
+    def heartbeat(self) -> int:
+        """Extend the leases of the executions this worker is running; returns how many."""
+        now = self.config.clock.now()
+        with self.config.session_factory()() as session, session.begin():
+            return queries.extend_leases(session, self.worker_id, now + self.lease, now)
+
+    def release_leases(self) -> int:
+        """Expire this worker's leases now, so other workers recover those steps at once."""
+        now = self.config.clock.now()
+        with self.config.session_factory()() as session, session.begin():
+            return queries.extend_leases(session, self.worker_id, now, now)
+
+    def recover_expired_leases(self) -> int:
+        """Recover executions of workers that stopped heartbeating (any worker's)."""
+        recovered = housekeeping.recover_expired_leases(self.config)
+        if recovered:
+            log.warning(
+                "recovered %d step execution(s) whose worker stopped heartbeating", recovered
+            )
+            with self._count_lock:
+                self.leases_recovered += recovered
+        return recovered
+
+    def _maintain(self) -> None:
+        interval = self.lease.total_seconds() / 3
+        every = self.housekeeping_interval
+        next_housekeeping = time.monotonic() + every.total_seconds() if every else None
+        while not self._done.wait(interval):
+            for task in (self.heartbeat, self.recover_expired_leases):
+                try:
+                    task()
+                except Exception:
+                    log.exception("worker maintenance (%s) failed; retrying", task.__name__)
+            if every and next_housekeeping is not None and time.monotonic() >= next_housekeeping:
+                next_housekeeping = time.monotonic() + every.total_seconds()
+                try:
+                    result = housekeeping.run_exclusive(self.config)
+                except Exception:
+                    log.exception("housekeeping failed; retrying at the next interval")
+                else:
+                    if result is None:
+                        log.info("housekeeping skipped: another worker is running it")
+
+    # -- wake-ups ------------------------------------------------------------------------
+
+    def _listen(self) -> None:
+        """PostgreSQL LISTEN on a connection of its own; reconnects after errors."""
+        engine = self.config.require_engine()
+        while not self._done.is_set():
+            connection = None
+            try:
+                connection = engine.raw_connection()
+                driver = connection.driver_connection
+                assert driver is not None  # a live, checked-out connection
+                connection.detach()  # LISTEN state must never go back into the pool
+                driver.autocommit = True
+                driver.execute(queries.listen_statement())
+                self.listening = True
+                while not self._done.is_set():
+                    for note in driver.notifies(timeout=1.0):
+                        if not self.queues or note.payload in self.queues:
+                            self._wakeup.set()
+            except Exception:
+                if self._done.is_set():
+                    break
+                log.warning("LISTEN connection failed; polling until it is back", exc_info=True)
+                self._done.wait(self.poll_interval)
+            finally:
+                self.listening = False
+                if connection is not None:
+                    with contextlib.suppress(Exception):
+                        connection.close()
+
+    # -- signals -------------------------------------------------------------------------
 
     def _install_signal_handlers(self) -> None:
         def handle(signum: int, _frame: FrameType | None) -> None:
             if self._stopping.is_set():
                 log.warning("second signal: exiting now; leases of running steps will expire")
                 os._exit(1)
-            log.info("signal %d: finishing running steps, then stopping", signum)
+            log.info(
+                "signal %d: finishing running steps (grace period %ss), then stopping",
+                signum,
+                self.grace_period.total_seconds(),
+            )
             self.stop()
 
         signal.signal(signal.SIGINT, handle)

@@ -408,6 +408,15 @@ def _register_dsl(cls: type[Workflow]) -> None:
             )
     cls._step_definitions = definitions
     cls.steps = StepCollection(definitions)
+    for definition in definitions:  # on_timeout may name a step defined further down
+        target = definition.on_timeout
+        if target not in (None, "skip", "cancel", "pause") and target not in [
+            d.name for d in cls.steps.runnable()
+        ]:
+            definition._fail(
+                f"on_timeout={target!r} is neither 'skip', 'cancel', 'pause' nor a step of "
+                f"{cls.__name__} (steps: {', '.join(cls.steps.names) or 'none'})"
+            )
 
     own_policies = cls.__dict__.get("exception_policies", ())
     if isinstance(own_policies, ExceptionPolicy):

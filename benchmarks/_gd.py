@@ -1,0 +1,241 @@
+"""geneva-drive side of the benchmarks: schema, seeding, running workers, reading executions."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from _common import BENCH_DIR, REPO, log, tree_gauges
+from sqlalchemy import Engine, text
+from sqlalchemy.orm import Session
+
+import geneva_drive
+from geneva_drive.config import Settings, configure
+from geneva_drive.worker import Worker
+
+POLL = 0.1  # seconds between "are we done?" polls (each one is a counted transaction)
+
+
+def prepare(url: str) -> tuple[Engine, Settings]:
+    engine = geneva_drive.create_engine(url, pool_size=20, max_overflow=20)
+    geneva_drive.install(engine)
+    return engine, configure(engine=engine)
+
+
+def seed(config: Settings, cls: type, count: int, batch: int = 500) -> None:
+    """Create ``count`` workflows of ``cls`` (no worker running yet), ``batch`` per commit."""
+    made = 0
+    while made < count:
+        with Session(config.require_engine()) as session:
+            for _ in range(min(batch, count - made)):
+                cls.create(session)
+            session.commit()
+        made += min(batch, count - made)
+
+
+def finished_count(engine: Engine) -> int:
+    with engine.connect() as conn:
+        return int(
+            conn.execute(
+                text("SELECT count(*) FROM geneva_drive_workflows WHERE state = 'finished'")
+            ).scalar_one()
+        )
+
+
+@dataclass
+class Run:
+    started: float  # time.time() when workers began
+    seconds: float  # wall time until the last workflow finished
+    polls: int  # transactions this script ran while waiting (subtracted from commit counts)
+    gauges: list[dict[str, float]] = field(default_factory=list)
+
+
+def run_in_process(
+    config: Settings, total: int, concurrency: int | None, timeout: float = 600
+) -> Run:
+    """Run ``geneva_drive.worker.Worker`` on a thread of this process until ``total`` finish."""
+    worker = Worker(config=config, concurrency=concurrency, poll_interval=1.0)
+    thread = threading.Thread(target=worker.run, kwargs={"install_signals": False}, daemon=True)
+    polls = 0
+    started = time.time()
+    t0 = time.perf_counter()
+    thread.start()
+    engine = config.require_engine()
+    deadline = t0 + timeout
+    while True:
+        polls += 1
+        if finished_count(engine) >= total:
+            break
+        if time.perf_counter() > deadline:
+            worker.stop()
+            raise TimeoutError(f"in-process worker: not done after {timeout}s")
+        time.sleep(POLL)
+    seconds = time.perf_counter() - t0
+    worker.stop()
+    thread.join(30)
+    return Run(started, seconds, polls)
+
+
+def worker_command(url: str, concurrency: int | None) -> list[str]:
+    argv = [
+        sys.executable,
+        "-m",
+        "geneva_drive.cli",
+        "worker",
+        "--database-url",
+        url,
+        "--app",
+        "gd_app",
+        "--poll-interval",
+        "1.0",
+    ]
+    if concurrency is not None:
+        argv += ["--concurrency", str(concurrency)]
+    return argv
+
+
+def start_worker_processes(url: str, count: int, concurrency: int | None) -> list[subprocess.Popen]:
+    """Start ``count`` ``geneva-drive worker`` processes and wait until each has started."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(REPO / "src")}
+    procs = []
+    for _ in range(count):
+        proc = subprocess.Popen(
+            worker_command(url, concurrency),
+            cwd=BENCH_DIR,
+            env=env,
+            stderr=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            text=True,
+        )
+        procs.append(proc)
+    for proc in procs:
+        assert proc.stderr is not None
+        for line in proc.stderr:  # the worker's own log line, not a sleep
+            if " started: " in line:
+                break
+        else:
+            raise RuntimeError("geneva-drive worker exited before starting")
+        # Keep draining stderr so a chatty worker never blocks on a full pipe.
+        threading.Thread(target=_drain, args=(proc.stderr,), daemon=True).start()
+    return procs
+
+
+def _drain(stream: Any) -> None:
+    for _ in stream:
+        pass
+
+
+def stop_processes(procs: list[subprocess.Popen]) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def run_processes(
+    engine: Engine,
+    procs: list[subprocess.Popen],
+    total: int,
+    started: float,
+    t0: float,
+    timeout: float = 600,
+) -> Run:
+    polls = 0
+    while True:
+        polls += 1
+        if finished_count(engine) >= total:
+            break
+        if time.perf_counter() - t0 > timeout:
+            raise TimeoutError(f"worker processes: not done after {timeout}s")
+        time.sleep(POLL)
+    seconds = time.perf_counter() - t0
+    gauges = [tree_gauges(p.pid) for p in procs]  # read while alive: /proc goes with them
+    return Run(started, seconds, polls, gauges)
+
+
+def gauges_of(procs: list[subprocess.Popen]) -> list[dict[str, float]]:
+    return [tree_gauges(p.pid) for p in procs]
+
+
+# -- reading what happened ----------------------------------------------------------------------
+
+
+def executions(engine: Engine) -> list[tuple[int, str, datetime, datetime, datetime, int]]:
+    """(workflow_id, step, scheduled_for, started_at, finished_at, id) of completed rows."""
+    with engine.connect() as conn:
+        rows = conn.execute(
+            text(
+                "SELECT workflow_id, step_name, scheduled_for, started_at, finished_at, id "
+                "FROM geneva_drive_step_executions WHERE state = 'completed' "
+                "ORDER BY workflow_id, created_at, id"
+            )
+        ).all()
+    return [tuple(r) for r in rows]  # type: ignore[misc]
+
+
+def _seconds(a: Any, b: Any) -> float:
+    if isinstance(a, str):  # SQLite hands back strings through text()
+        a, b = datetime.fromisoformat(a), datetime.fromisoformat(b)
+    return (a - b).total_seconds()
+
+
+def step_gaps(rows: list[tuple]) -> list[float]:
+    """next.started_at − previous.finished_at within each workflow (seconds)."""
+    gaps = []
+    for prev, nxt in itertools.pairwise(rows):
+        if prev[0] == nxt[0]:
+            gaps.append(_seconds(nxt[3], prev[4]))
+    return gaps
+
+
+def first_step_latency(rows: list[tuple], started: float) -> list[float]:
+    """Start of each workflow's first step − when the workers began (seconds)."""
+    out, seen = [], set()
+    for row in rows:
+        if row[0] in seen:
+            continue
+        seen.add(row[0])
+        start = row[3]
+        if isinstance(start, str):
+            start = datetime.fromisoformat(start)
+        epoch = start.timestamp() if start.tzinfo else _naive_utc_epoch(start)
+        out.append(epoch - started)
+    return out
+
+
+def lateness(rows: list[tuple], step_name: str) -> list[float]:
+    """started_at − scheduled_for for executions of ``step_name``."""
+    return [_seconds(r[3], r[2]) for r in rows if r[1] == step_name]
+
+
+def busy_span(rows: list[tuple]) -> float:
+    """Seconds from the first step's start to the last step's end, by the rows' own clocks."""
+    starts = [r[3] for r in rows]
+    ends = [r[4] for r in rows]
+    return _seconds(max(ends), min(starts))
+
+
+def _naive_utc_epoch(value: datetime) -> float:
+    from datetime import UTC
+
+    return value.replace(tzinfo=UTC).timestamp()
+
+
+def sqlite_url(directory: Path) -> str:
+    return f"sqlite:///{directory / 'bench.db'}"
+
+
+__all__ = ["log"]

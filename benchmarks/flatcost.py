@@ -1,0 +1,267 @@
+"""Flat cost: claim query and housekeeping sweep time with 10k, 100k and 1M execution rows.
+
+    .venv/bin/python benchmarks/flatcost.py --sizes 10000,100000,1000000
+
+For each size, a fresh database is filled in bulk (INSERT … SELECT over a recursive series):
+size/3 workflows, three executions each. Almost all are history (finished a day ago, inside
+the 30-day retention, so housekeeping has nothing to delete); a fixed backlog stays the same
+at every size: 1,000 workflows with a step due now and 1,000 with a step due tomorrow. Then:
+- the worker's claim (``queries.claim_due_execution``, in a transaction rolled back after);
+- ``queries.next_due_time`` (the idle worker's sleep query);
+- one ``geneva_drive.housekeeping.run()`` pass (cleanup, lease/stuck recovery, gauges);
+each repeated, median and p99 in ms, plus EXPLAIN of every statement they issue.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _gd
+from _common import emit, log, machine, percentile, start_postgres
+from sqlalchemy import DateTime, bindparam, event, text
+from sqlalchemy.orm import Session
+
+from geneva_drive import queries
+
+BACKLOG = 1000  # due now; as many again due tomorrow
+
+FILL = """
+WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < :workflows)
+INSERT INTO geneva_drive_workflows
+  (id, type, state, allow_multiple, current_step_name, next_step_name, started_at,
+   transitioned_at, created_at, updated_at)
+SELECT i, 'BenchThreeSteps',
+       CASE WHEN i > :workflows - :ongoing THEN 'ready' ELSE 'finished' END,
+       true, 'three', NULL, :past, :past, :past, :past
+FROM s
+"""
+
+FILL_EXECUTIONS = """
+WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < :executions)
+INSERT INTO geneva_drive_step_executions
+  (id, workflow_id, step_name, state, outcome, scheduled_for, started_at, completed_at,
+   finished_at, queue, priority, created_at, updated_at)
+SELECT i, (i - 1) / 3 + 1,
+       CASE (i - 1) % 3 WHEN 0 THEN 'one' WHEN 1 THEN 'two' ELSE 'three' END,
+       CASE WHEN (i - 1) % 3 = 2 AND (i - 1) / 3 + 1 > :workflows - :ongoing
+            THEN 'scheduled' ELSE 'completed' END,
+       CASE WHEN (i - 1) % 3 = 2 AND (i - 1) / 3 + 1 > :workflows - :ongoing
+            THEN NULL ELSE 'success' END,
+       CASE WHEN (i - 1) % 3 = 2 AND (i - 1) / 3 + 1 > :workflows - :ongoing / 2
+            THEN :future ELSE :past END,
+       CASE WHEN (i - 1) % 3 = 2 AND (i - 1) / 3 + 1 > :workflows - :ongoing
+            THEN NULL ELSE :past END,
+       CASE WHEN (i - 1) % 3 = 2 AND (i - 1) / 3 + 1 > :workflows - :ongoing
+            THEN NULL ELSE :past END,
+       CASE WHEN (i - 1) % 3 = 2 AND (i - 1) / 3 + 1 > :workflows - :ongoing
+            THEN NULL ELSE :past END,
+       'default', 0, :past, :past
+FROM s
+"""
+
+
+def fill(  # type: ignore[no-untyped-def]
+    engine, size: int, dialect: str, *, age_days: float = 1, ongoing: int = 2 * BACKLOG
+) -> float:
+    """Insert size/3 workflows with three executions each; ``ongoing`` of them not finished."""
+    workflows = size // 3
+    now = datetime.now(UTC).replace(tzinfo=None)
+    params = {
+        "workflows": workflows,
+        "executions": workflows * 3,
+        "ongoing": ongoing,
+        "past": now - timedelta(days=age_days),
+        "future": now + timedelta(days=1),
+    }
+    typed = [bindparam("past", type_=DateTime), bindparam("future", type_=DateTime)]
+    t0 = time.perf_counter()
+    with engine.begin() as conn:
+        conn.execute(text(FILL).bindparams(typed[0]), params)
+        conn.execute(text(FILL_EXECUTIONS).bindparams(*typed), params)
+        if dialect == "postgresql":
+            for table, column in (
+                ("geneva_drive_workflows", "id"),
+                ("geneva_drive_step_executions", "id"),
+            ):
+                conn.execute(
+                    text(
+                        f"SELECT setval(pg_get_serial_sequence('{table}', '{column}'), "
+                        f"(SELECT max({column}) FROM {table}))"
+                    )
+                )
+    with engine.begin() as conn:
+        conn.execute(text("ANALYZE"))
+    return time.perf_counter() - t0
+
+
+class Recorder:
+    """Collects the statements a block issues, to EXPLAIN them afterwards."""
+
+    def __init__(self, engine) -> None:  # type: ignore[no-untyped-def]
+        self.engine = engine
+        self.statements: list[tuple[str, object]] = []
+
+    def __enter__(self) -> Recorder:
+        event.listen(self.engine, "before_cursor_execute", self._record)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        event.remove(self.engine, "before_cursor_execute", self._record)
+
+    def _record(self, conn, cursor, statement, parameters, context, executemany) -> None:  # type: ignore[no-untyped-def]
+        head = statement.lstrip().split(None, 1)[0].upper()
+        if head not in {"SELECT", "UPDATE", "DELETE", "WITH"} or "pg_try_advisory" in statement:
+            return
+        if (statement, repr(parameters)) not in {(s, repr(p)) for s, p in self.statements}:
+            self.statements.append((statement, parameters))
+
+
+def explain(engine, statements: list[tuple[str, object]], dialect: str) -> list[dict]:  # type: ignore[no-untyped-def]
+    plans = []
+    prefix = "EXPLAIN " if dialect == "postgresql" else "EXPLAIN QUERY PLAN "
+    raw = engine.raw_connection()
+    try:
+        cur = raw.cursor()
+        for statement, parameters in statements:
+            try:
+                cur.execute(prefix + statement, parameters)
+                rows = cur.fetchall()
+            except Exception as error:  # a statement EXPLAIN cannot take: say so, go on
+                raw.rollback()
+                plans.append({"sql": " ".join(statement.split())[:300], "error": str(error)})
+                continue
+            plan = [r[0] if dialect == "postgresql" else r[-1] for r in rows]
+            plans.append(
+                {
+                    "sql": " ".join(statement.split())[:300],
+                    "plan": plan,
+                    "seq_scans": sorted(
+                        {
+                            line.split(" on ", 1)[1].split()[0] if " on " in line else line
+                            for line in plan
+                            if "Seq Scan on geneva_drive_" in line
+                            or line.strip().startswith("SCAN geneva_drive_")
+                        }
+                    ),
+                }
+            )
+        raw.rollback()
+    finally:
+        raw.close()
+    return plans
+
+
+def timed(fn, repeat: int) -> dict:  # type: ignore[no-untyped-def]
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1000)
+    return {
+        "n": repeat,
+        "p50_ms": round(percentile(times, 50) or 0, 3),
+        "p99_ms": round(percentile(times, 99) or 0, 3),
+    }
+
+
+def measure(url: str, size: int, dialect: str, repeat: int, hk_repeat: int) -> dict:
+    engine, config = _gd.prepare(url)
+    log(f"flatcost: filling {size} executions")
+    fill_s = fill(engine, size, dialect)
+    factory = config.session_factory()
+    now = datetime.now(UTC)
+
+    def claim() -> None:
+        with factory() as session, session.begin():
+            found = queries.claim_due_execution(session, now, None)
+            assert found is not None, "the backlog should have a due row"
+            session.rollback()
+
+    def claim_queue() -> None:
+        with factory() as session, session.begin():
+            assert queries.claim_due_execution(session, now, ["default"]) is not None
+            session.rollback()
+
+    def next_due() -> None:
+        with factory() as session:
+            queries.next_due_time(session, None)
+
+    result: dict = {"bench": "flatcost", "backend": dialect, "executions": size}
+    result["fill_s"] = round(fill_s, 1)
+    for name, fn in (("claim", claim), ("claim_one_queue", claim_queue), ("next_due", next_due)):
+        fn()  # warm the statement cache and the buffers
+        result[name] = timed(fn, repeat)
+    with Recorder(engine) as rec:
+        claim()
+        claim_queue()
+        next_due()
+    result["explain_worker"] = explain(engine, rec.statements, dialect)
+
+    try:
+        from geneva_drive import housekeeping
+    except ImportError as error:
+        result["housekeeping"] = {"pending": f"geneva_drive.housekeeping: {error}"}
+    else:
+        try:
+            first = housekeeping.run(config)
+            result["housekeeping"] = timed(lambda: housekeeping.run(config), hk_repeat)
+            result["housekeeping"]["result"] = first
+            with Recorder(engine) as rec:
+                housekeeping.run(config)
+            result["explain_housekeeping"] = explain(engine, rec.statements, dialect)
+        except Exception as error:
+            result["housekeeping"] = {"pending": f"{type(error).__name__}: {error}"}
+    with Session(engine) as session:
+        result["rows"] = session.execute(
+            text("SELECT count(*) FROM geneva_drive_step_executions")
+        ).scalar_one()
+    engine.dispose()
+    return result
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="10000,100000,1000000")
+    parser.add_argument("--backend", choices=["postgresql", "sqlite"], default="postgresql")
+    parser.add_argument("--repeat", type=int, default=200)
+    parser.add_argument("--housekeeping-repeat", type=int, default=5)
+    parser.add_argument("--durability", choices=["durable", "async"], default="async")
+    parser.add_argument("--explain", action="store_true", help="print the full plans")
+    args = parser.parse_args(argv)
+    server = start_postgres(args.durability) if args.backend == "postgresql" else None
+    results = []
+    try:
+        emit(bench="machine", **machine())
+        for size in [int(s) for s in args.sizes.split(",")]:
+            if server is not None:
+                name, url = server.create_database("flat")
+            else:
+                url = _gd.sqlite_url(Path(tempfile.mkdtemp(prefix="gd-bench-sqlite-")))
+            result = measure(url, size, args.backend, args.repeat, args.housekeeping_repeat)
+            if not args.explain:
+                for key in ("explain_worker", "explain_housekeeping"):
+                    for plan in result.get(key, []):
+                        plan["plan"] = [
+                            line.strip()
+                            for line in plan.get("plan", [])
+                            if "Scan" in line or "SCAN" in line or "SEARCH" in line
+                        ]
+            emit(**result)
+            results.append(result)
+            if server is not None:
+                server.drop_database(name)
+    finally:
+        if server is not None:
+            server.stop()
+    return results
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,108 @@
+"""The geneva-drive workflows the benchmarks run (``geneva-drive worker --app gd_app``).
+
+The worker subprocesses run with ``benchmarks/`` as their working directory, so this module
+imports as ``gd_app`` there and in the scripts beside it.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from sqlalchemy import BigInteger, String, select
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from geneva_drive import Workflow, resumable_step, step
+
+# The wait of BenchWaited's second step; latency.py measures start − scheduled_for.
+WAIT_SECONDS = 0.2
+RESUMABLE_BATCH = 1000
+
+
+class BenchThreeSteps(Workflow):
+    """Three no-op steps: the throughput and step-gap workload (same as the peers')."""
+
+    may_proceed_without_hero = True
+
+    @step
+    def one(self) -> None:
+        pass
+
+    @step
+    def two(self) -> None:
+        pass
+
+    @step
+    def three(self) -> None:
+        pass
+
+
+class BenchWaited(Workflow):
+    may_proceed_without_hero = True
+
+    @step
+    def first(self) -> None:
+        pass
+
+    @step(wait=timedelta(seconds=WAIT_SECONDS))
+    def after_wait(self) -> None:
+        pass
+
+
+class BenchSignaled(Workflow):
+    may_proceed_without_hero = True
+
+    @step
+    def first(self) -> None:
+        pass
+
+    @step(wait_for="go")
+    def woken(self) -> None:
+        pass
+
+
+class _ItemsBase(DeclarativeBase):
+    pass
+
+
+class BenchItem(_ItemsBase):
+    """The rows resumable.py walks over (created with ``BenchItem.__table__.create``)."""
+
+    __tablename__ = "bench_items"
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    payload: Mapped[str] = mapped_column(String(64))
+
+
+ITEMS = select(BenchItem)
+
+
+class BenchResumablePerItem(Workflow):
+    """A checkpoint — a commit of the cursor — after every item."""
+
+    may_proceed_without_hero = True
+
+    @resumable_step(max_runtime=timedelta(hours=2))
+    def walk(self, it) -> None:  # type: ignore[no-untyped-def]
+        for _item in it.iterate_over_records(ITEMS, batch_size=RESUMABLE_BATCH):
+            pass
+
+
+class BenchResumableEvery(Workflow):
+    """Items one by one, a commit every ``RESUMABLE_BATCH`` checkpoints (checkpoint_every)."""
+
+    may_proceed_without_hero = True
+
+    @resumable_step(max_runtime=timedelta(hours=2), checkpoint_every=RESUMABLE_BATCH)
+    def walk(self, it) -> None:  # type: ignore[no-untyped-def]
+        for _item in it.iterate_over_records(ITEMS, batch_size=RESUMABLE_BATCH):
+            pass
+
+
+class BenchResumableBatches(Workflow):
+    """Whole pages: one checkpoint per batch of ``RESUMABLE_BATCH`` rows."""
+
+    may_proceed_without_hero = True
+
+    @resumable_step(max_runtime=timedelta(hours=2))
+    def walk(self, it) -> None:  # type: ignore[no-untyped-def]
+        for _batch in it.iterate_over_batches(ITEMS, batch_size=RESUMABLE_BATCH):
+            pass

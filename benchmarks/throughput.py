@@ -1,0 +1,164 @@
+"""Throughput: N three-step no-op workflows through the database worker.
+
+    .venv/bin/python benchmarks/throughput.py --workflows 2000
+    .venv/bin/python benchmarks/throughput.py --workflows 2000 --processes 1,2,4   # scale-out
+    .venv/bin/python benchmarks/throughput.py --workflows 500 --backend sqlite
+
+Each mode gets a fresh database with N workflows seeded before any worker starts. Mode 0 runs
+``geneva_drive.worker.Worker`` on a thread of this process; mode k ≥ 1 runs k separate
+``geneva-drive worker`` processes (their CPU and peak RSS come from /proc). Prints one JSON
+line per mode: workflows/s, steps/s (wall time from worker start to the last finished
+workflow), commits per step (``pg_stat_database.xact_commit`` delta, PostgreSQL only), worker
+CPU ms per step, peak RSS, the step gap and first-step start latency under this load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _gd
+import gd_app
+from _common import (
+    commits,
+    emit,
+    log,
+    machine,
+    percentile,
+    self_gauges,
+    start_postgres,
+    summary_ms,
+)
+
+STEPS = 3
+
+
+def one_mode(args: argparse.Namespace, server, processes: int) -> dict:  # type: ignore[no-untyped-def]
+    tmp = None
+    if args.backend == "postgresql":
+        name, url = server.create_database("thr")
+        dsn = server.url(name, driver="postgresql")
+    else:
+        tmp = Path(tempfile.mkdtemp(prefix="gd-bench-sqlite-"))
+        url, name, dsn = _gd.sqlite_url(tmp), None, None
+    engine, config = _gd.prepare(url)
+    t_seed = time.perf_counter()
+    _gd.seed(config, gd_app.BenchThreeSteps, args.workflows)
+    seed_s = time.perf_counter() - t_seed
+    if args.analyze:
+        from sqlalchemy import text
+
+        with engine.begin() as conn:  # what autovacuum would do a minute later
+            conn.execute(text("ANALYZE"))
+    engine.dispose()  # a backend flushes its statistics when it disconnects
+    before = commits(dsn, name) if dsn else None
+    cpu0 = self_gauges()["cpu_s"]
+    if processes == 0:
+        run = _gd.run_in_process(config, args.workflows, args.concurrency)
+        cpu = self_gauges()["cpu_s"] - cpu0
+        rss = self_gauges()["peak_rss_mb"]
+        procs_info = None
+    else:
+        started = time.time()
+        t0 = time.perf_counter()
+        procs = _gd.start_worker_processes(url, processes, args.concurrency)
+        try:
+            run = _gd.run_processes(engine, procs, args.workflows, started, t0)
+        finally:
+            _gd.stop_processes(procs)
+        cpu = sum(g["cpu_s"] for g in run.gauges)
+        rss = max(g["peak_rss_mb"] for g in run.gauges)
+        procs_info = [
+            {"cpu_s": round(g["cpu_s"], 2), "peak_rss_mb": round(g["peak_rss_mb"], 1)}
+            for g in run.gauges
+        ]
+    engine.dispose()
+    after = None
+    if dsn:
+        time.sleep(0.5)  # let the workers' backends exit (and report their counters)
+        after = commits(dsn, name)
+    rows = _gd.executions(engine)
+    engine.dispose()
+    steps = len(rows)
+    gaps = _gd.step_gaps(rows)
+    first = _gd.first_step_latency(rows, run.started)
+    result = {
+        "bench": "throughput",
+        "system": "geneva-drive",
+        "backend": args.backend,
+        "durability": args.durability if args.backend == "postgresql" else None,
+        "mode": "in-process Worker" if processes == 0 else f"{processes} worker process(es)",
+        "processes": processes,
+        "concurrency": args.concurrency,
+        "workflows": args.workflows,
+        "steps": steps,
+        "seconds": round(run.seconds, 3),
+        "workflows_per_s": round(args.workflows / run.seconds, 1),
+        "steps_per_s": round(steps / run.seconds, 1),
+        "steps_per_s_by_rows": round(steps / _gd.busy_span(rows), 1),
+        # Everything the database committed during the run (workers' claims, idle polls
+        # included; this script's own polls are read-only and roll back).
+        "commits_per_step": round((after - before) / steps, 2) if dsn else None,
+        "cpu_ms_per_step": round(cpu * 1000 / steps, 3),
+        "peak_rss_mb": round(rss, 1),
+        "worker_processes": procs_info,
+        "step_gap": summary_ms(gaps),
+        "first_step_start": {
+            "p50_s": round(percentile(first, 50) or 0, 3),
+            "p99_s": round(percentile(first, 99) or 0, 3),
+            "max_s": round(max(first), 3),
+        },
+        "seed_s": round(seed_s, 2),
+        "analyzed": args.analyze,
+    }
+    if processes == 0:
+        result["note"] = "in-process: CPU and RSS are of the whole script (seeding included)"
+    if server is not None and name is not None:
+        server.drop_database(name)
+    return result
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workflows", type=int, default=2000)
+    parser.add_argument("--backend", choices=["postgresql", "sqlite"], default="postgresql")
+    parser.add_argument(
+        "--processes",
+        default="0,1",
+        help="comma-separated modes: 0 = in-process Worker, k = k worker processes",
+    )
+    parser.add_argument("--concurrency", type=int, default=None, help="threads per worker")
+    parser.add_argument("--durability", choices=["durable", "async"], default="async")
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument(
+        "--analyze",
+        action="store_true",
+        help="ANALYZE after seeding (default: run on the fresh tables' statistics, as a "
+        "sudden backlog would)",
+    )
+    args = parser.parse_args(argv)
+    modes = [int(m) for m in args.processes.split(",")]
+    server = start_postgres(args.durability) if args.backend == "postgresql" else None
+    results = []
+    try:
+        emit(bench="machine", **machine())
+        for round_no in range(1, args.rounds + 1):
+            for mode in modes:
+                log(f"throughput: round {round_no}, mode {mode}, {args.workflows} workflows")
+                result = one_mode(args, server, mode)
+                result["round"] = round_no
+                emit(**result)
+                results.append(result)
+    finally:
+        if server is not None:
+            server.stop()
+    return results
+
+
+if __name__ == "__main__":
+    main()

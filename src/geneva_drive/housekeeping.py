@@ -1,0 +1,433 @@
+"""Housekeeping: delete old finished workflows, recover lost executions, publish gauges.
+
+Run it periodically — ``geneva-drive housekeeping`` from cron, ``run()`` from your scheduler,
+or ``geneva-drive worker --housekeeping-interval 300`` (one worker at a time does it, by a
+database lock). Order of work, as in the gem: cleanup → recovery → gauges.
+
+Recovery comes in three kinds, all ending in :func:`recover_execution`:
+
+- **expired leases** — an ``in_progress`` execution whose worker stopped heartbeating (it was
+  killed, its machine died). Every worker also sweeps these every few seconds, so housekeeping
+  is only the backstop. Always recovered with ``reattempt``: the step simply runs again.
+- **stuck in progress** — ``in_progress`` longer than ``stuck_in_progress_threshold`` without
+  a live lease (steps run by external backends, which hold no lease).
+- **stuck scheduled** — overdue by ``stuck_scheduled_threshold``: a wake-up an external
+  backend lost. Skipped by default with the ``DatabaseBackend``, where the row *is* the
+  delivery and recovering it would only push a backlog to the back of the queue.
+
+Deltas from the gem: paused workflows are never touched (H-12); a row whose recovery fails
+is reported and passed over, never retried in the same run (H-20); waiting-gauge totals are
+published as 0 when nothing waits (H-13).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Iterator
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy.orm import Session
+
+from . import events, queries, scheduling
+from .config import Settings, settings
+from .states import ExecutionState, Outcome, WorkflowState
+
+if TYPE_CHECKING:
+    from .models import StepExecution
+
+log = logging.getLogger("geneva_drive.housekeeping")
+
+RECOVERY_ACTIONS = ("reattempt", "cancel")
+RESULT_KEYS = (
+    "workflows_cleaned_up",
+    "step_executions_cleaned_up",
+    "signals_cleaned_up",
+    "expired_leases_recovered",
+    "stuck_in_progress_recovered",
+    "stuck_scheduled_recovered",
+    "recovery_failures",
+    "dispatched",
+)
+
+
+# -- recovering one execution ----------------------------------------------------------------
+
+
+def recover_execution(
+    session: Session,
+    execution_id: int,
+    action: str = "reattempt",
+    *,
+    still_stuck: Callable[[StepExecution], bool] | None = None,
+    reason: str = "manual",
+) -> bool:
+    """Recover one scheduled or in-progress execution whose run was lost; True if it did.
+
+    Runs in ``session``'s transaction (commit afterwards) under the workflow row lock, then
+    the execution's, and re-checks under them: it does nothing unless the execution is still
+    ``scheduled``/``in_progress`` and ``still_stuck(execution)`` holds (callers pass the rule
+    that selected the row — a heartbeat or a claim may have happened since).
+
+    ``reattempt``: the execution ends ``completed``/``recovered``; a performing workflow goes
+    back to ready; a resumable step continues in a successor carrying its cursor, any other
+    step runs again in a fresh execution. ``cancel``: the execution ends
+    ``canceled``/``recovered`` and the workflow is canceled.
+
+    A paused workflow is left paused whatever the action (H-12): its scheduled execution is
+    not touched (``resume()`` runs it); an in-progress one whose worker died is closed —
+    ``recovered``, or ``workflow_paused`` for a resumable step so that ``resume()`` continues
+    from its cursor — and nothing new is scheduled.
+    """
+    if action not in RECOVERY_ACTIONS:
+        raise ValueError(
+            f"recover_execution(execution_id={execution_id}, action={action!r}): the action "
+            f"must be one of {', '.join(map(repr, RECOVERY_ACTIONS))}; configure "
+            "stuck_recovery_action accordingly"
+        )
+    found = queries.get_execution(session, execution_id)
+    if found is None:
+        return False
+    workflow = queries.lock_workflow(session, found.workflow_id)
+    execution = queries.lock_execution(session, execution_id)  # after the workflow: lock order
+    if workflow is None or execution is None:
+        return False
+    if execution.state not in (ExecutionState.SCHEDULED, ExecutionState.IN_PROGRESS):
+        return False
+    if still_stuck is not None and not still_stuck(execution):
+        return False
+    was = execution.state
+    if workflow.state == WorkflowState.PAUSED and was == ExecutionState.SCHEDULED:
+        return False  # kept on purpose for resume()
+    now = settings().clock.now()
+    step_def = type(workflow).steps.named(execution.step_name)
+    resumable = step_def is not None and step_def.resumable
+    execution.write_metadata(
+        "recovery",
+        {"reason": reason, "action": action, "state": was, "lease_owner": execution.lease_owner},
+    )
+    execution.lease_owner = None
+    execution.lease_expires_at = None
+    events.execution_logger(workflow, execution).warning(
+        "recovering %s execution (%s) with %s", was, reason, action
+    )
+
+    if workflow.state == WorkflowState.PAUSED:
+        execution.state = ExecutionState.COMPLETED
+        execution.outcome = Outcome.WORKFLOW_PAUSED if resumable else Outcome.RECOVERED
+        execution.completed_at = now
+        workflow.current_step_name = None
+        session.flush()
+        return True
+    if action == "cancel":
+        execution.state = ExecutionState.CANCELED
+        execution.outcome = Outcome.RECOVERED
+        execution.canceled_at = now
+        if workflow.state in (WorkflowState.READY, WorkflowState.PERFORMING):
+            scheduling.transition(workflow, WorkflowState.CANCELED, guarded=False)
+        session.flush()
+        return True
+
+    execution.state = ExecutionState.COMPLETED
+    execution.outcome = Outcome.RECOVERED
+    execution.completed_at = now
+    if workflow.state not in (WorkflowState.READY, WorkflowState.PERFORMING):
+        session.flush()  # finished or canceled meanwhile: close the row, schedule nothing
+        return True
+    scheduling.transition(workflow, WorkflowState.READY)
+    workflow.current_step_name = workflow.current_step_name or execution.step_name
+    # Free the one-active slot before the replacement is inserted.
+    session.flush()
+    if resumable:
+        scheduling.create_successor_execution(session, workflow, execution)
+    else:
+        scheduling.reschedule_current_step(session, workflow)
+    workflow.current_step_name = None
+    session.flush()
+    return True
+
+
+# -- the sweeps ------------------------------------------------------------------------------
+
+
+def recover_expired_leases(config: Settings | None = None, *, limit: int | None = None) -> int:
+    """Recover every in-progress execution whose lease ran out. Returns how many were."""
+    config = config or settings()
+    now = config.clock.now()
+
+    def expired(execution: StepExecution) -> bool:
+        return (
+            execution.state == ExecutionState.IN_PROGRESS
+            and execution.lease_expires_at is not None
+            and execution.lease_expires_at < now
+        )
+
+    recovered, _ = _sweep(
+        config,
+        lambda s, after, n: queries.expired_lease_ids(s, now, n, after),
+        expired,
+        "reattempt",
+        "lease_expired",
+        limit=limit,
+    )
+    return recovered
+
+
+def _sweep(
+    config: Settings,
+    select_batch: Callable[[Session, tuple[datetime, int] | None, int], list[tuple[datetime, int]]],
+    still_stuck: Callable[[StepExecution], bool],
+    action: str,
+    reason: str,
+    *,
+    limit: int | None = None,
+) -> tuple[int, int]:
+    """Recover rows batch by batch, one transaction per row. Returns (recovered, failed).
+
+    Keyset pagination: each batch starts after the last row seen, so a row that failed (or
+    was no longer stuck) is never selected again in this run — the gem re-selected from the
+    start and could loop forever on a row whose recovery always raises (H-20).
+    """
+    batch_size = config.housekeeping_batch_size
+    recovered = failed = 0
+    after: tuple[datetime, int] | None = None
+    factory = config.session_factory()
+    while limit is None or recovered + failed < limit:
+        with factory() as session, session.begin():
+            batch = select_batch(session, after, batch_size)
+        if not batch:
+            break
+        for key in batch:
+            after = key
+            try:
+                with factory() as session, session.begin():
+                    done = recover_execution(
+                        session, key[1], action, still_stuck=still_stuck, reason=reason
+                    )
+            except Exception as error:
+                failed += 1
+                log.exception("could not recover step execution %s (%s)", key[1], reason)
+                _report(config, error, {"step_execution_id": key[1], "recovery": reason})
+                continue
+            recovered += int(done)
+        if len(batch) < batch_size:
+            break
+    return recovered, failed
+
+
+def _report(config: Settings, error: BaseException, context: dict[str, Any]) -> None:
+    try:
+        config.error_reporter(error, context)
+    except Exception:
+        log.exception("the error reporter itself failed")
+
+
+# -- cleanup ---------------------------------------------------------------------------------
+
+
+def cleanup(config: Settings, result: dict[str, int]) -> None:
+    """Delete finished/canceled workflows older than the retention, children first, in batches.
+
+    Each batch is its own short transaction, so a cleanup of millions of rows never holds
+    locks for long and can be interrupted at any point without harm.
+    """
+    keep = config.delete_completed_workflows_after
+    if keep is None:
+        log.info("cleanup skipped: delete_completed_workflows_after is None")
+        return
+    cutoff = config.clock.now() - keep  # fixed once, at the start
+    batch = config.housekeeping_batch_size
+    factory = config.session_factory()
+    passes = (
+        ("step_executions_cleaned_up", queries.delete_executions_of_old_workflows),
+        ("signals_cleaned_up", queries.delete_signals_of_old_workflows),
+        ("workflows_cleaned_up", queries.delete_old_workflows),
+    )
+    for key, delete_batch in passes:
+        while True:
+            with factory() as session, session.begin():
+                deleted = delete_batch(session, cutoff, batch)
+            result[key] += deleted
+            if deleted < batch:
+                break
+
+
+# -- gauges ----------------------------------------------------------------------------------
+
+
+def gauges(config: Settings | None = None) -> list[tuple[str, float, dict[str, str]]]:
+    """The gauges as (name, value, tags), computed from the database (gem-spec F.5)."""
+    config = config or settings()
+    with config.session_factory()() as session, session.begin():
+        counts = queries.workflow_counts(session)
+        waiting = queries.waiting_counts(session)
+        threshold = config.waiting_visibility_threshold
+        overdue = (
+            queries.waiting_counts(session, config.clock.now() - threshold)
+            if threshold is not None
+            else None
+        )
+    out: list[tuple[str, float, dict[str, str]]] = []
+    per_state: dict[str, int] = {}
+    per_class: dict[str, int] = {}
+    paused: dict[str, int] = {}
+    for state, type_, count in counts:
+        per_state[state] = per_state.get(state, 0) + count
+        per_class[type_] = per_class.get(type_, 0) + count
+        if state == WorkflowState.PAUSED:
+            paused[type_] = paused.get(type_, 0) + count
+    for state, total in sorted(per_state.items()):
+        out.append((f"geneva_drive.{state}", total, {}))
+    for state, type_, count in sorted(counts):
+        out.append((f"geneva_drive.{state}", count, {"workflow": type_}))
+    for type_, total in sorted(per_class.items()):
+        out.append(("geneva_drive.paused_ratio", paused.get(type_, 0) / total, {"workflow": type_}))
+    # H-13: totals are published even when zero, so a dashboard sees "none" rather than "stale".
+    out.append(("geneva_drive.waiting_step_executions", sum(n for _, n in waiting), {}))
+    for type_, count in sorted(waiting):
+        out.append(("geneva_drive.waiting_step_executions", count, {"workflow": type_}))
+    if overdue is not None:
+        out.append(("geneva_drive.waiting_overdue", sum(n for _, n in overdue), {}))
+        for type_, count in sorted(overdue):
+            out.append(("geneva_drive.waiting_overdue", count, {"workflow": type_}))
+    return out
+
+
+def publish_gauges(
+    values: list[tuple[str, float, dict[str, str]]], *, registry: Any = None
+) -> None:
+    """Emit each gauge as a ``gauge`` event and, with prometheus-client installed, set it."""
+    for name, value, tags in values:
+        events.emit("gauge", {"name": name, "value": value, "tags": dict(tags)})
+    _prometheus(values, registry)
+
+
+_PROMETHEUS: dict[int, dict[str, Any]] = {}
+
+
+def _prometheus(values: list[tuple[str, float, dict[str, str]]], registry: Any) -> None:
+    """Per-class gauges only (``geneva_drive_<name>{workflow=…}``); totals are ``sum()``.
+
+    Every run replaces the previous values, so a class that disappeared stops being reported.
+    """
+    try:
+        import prometheus_client
+    except ImportError:
+        return
+    registry = registry if registry is not None else prometheus_client.REGISTRY
+    metrics = _PROMETHEUS.setdefault(id(registry), {})
+    for gauge in metrics.values():
+        gauge.clear()  # also the names absent this time: a state nobody is in any more
+    for name in {name.replace(".", "_") for name, _, _ in values} - set(metrics):
+        metrics[name] = prometheus_client.Gauge(
+            name, f"geneva-drive housekeeping gauge {name}", ["workflow"], registry=registry
+        )
+    for name, value, tags in values:
+        if "workflow" in tags:
+            metrics[name.replace(".", "_")].labels(workflow=tags["workflow"]).set(value)
+
+
+# -- the entry point -------------------------------------------------------------------------
+
+
+def run(
+    config: Settings | None = None,
+    *,
+    recover_scheduled: bool | None = None,
+    registry: Any = None,
+) -> dict[str, int]:
+    """One housekeeping pass; returns the counters (gem-spec F plus the lease/failure deltas).
+
+    ``recover_scheduled``: recover overdue scheduled executions (default: only when the
+    configured backend is not the ``DatabaseBackend``). ``registry``: a Prometheus registry
+    (default: prometheus-client's global one, if the package is installed).
+    """
+    config = config or settings()
+    result = dict.fromkeys(RESULT_KEYS, 0)
+    cleanup(config, result)
+
+    now = config.clock.now()
+    leases, failed = _sweep(
+        config,
+        lambda s, after, n: queries.expired_lease_ids(s, now, n, after),
+        lambda e: (
+            e.state == ExecutionState.IN_PROGRESS
+            and e.lease_expires_at is not None
+            and e.lease_expires_at < now
+        ),
+        "reattempt",
+        "lease_expired",
+    )
+    result["expired_leases_recovered"] = leases
+    result["recovery_failures"] += failed
+
+    action = config.stuck_recovery_action
+    in_progress_cutoff = now - config.stuck_in_progress_threshold
+    stuck, failed = _sweep(
+        config,
+        lambda s, after, n: queries.stuck_in_progress_ids(s, in_progress_cutoff, now, n, after),
+        lambda e: (
+            e.state == ExecutionState.IN_PROGRESS
+            and e.started_at is not None
+            and e.started_at < in_progress_cutoff
+            and (e.lease_expires_at is None or e.lease_expires_at < now)
+        ),
+        action,
+        "stuck_in_progress",
+    )
+    result["stuck_in_progress_recovered"] = stuck
+    result["recovery_failures"] += failed
+
+    dispatch_due = getattr(config.backend, "dispatch_due", None)
+    if dispatch_due is not None:  # e.g. Celery: send long waits coming due, re-send lost ones
+        result["dispatched"] = dispatch_due(config)
+    if recover_scheduled is None:
+        from .backends.database import DatabaseBackend
+
+        # With the database worker an overdue row is a backlog, and a dispatching backend
+        # re-sends lost messages itself: recreating rows would only reorder or duplicate them.
+        recover_scheduled = not isinstance(config.backend, DatabaseBackend) and (
+            dispatch_due is None
+        )
+    if recover_scheduled:
+        scheduled_cutoff = now - config.stuck_scheduled_threshold
+        stuck, failed = _sweep(
+            config,
+            lambda s, after, n: queries.stuck_scheduled_ids(s, scheduled_cutoff, n, after),
+            lambda e: e.state == ExecutionState.SCHEDULED and e.scheduled_for < scheduled_cutoff,
+            action,
+            "stuck_scheduled",
+        )
+        result["stuck_scheduled_recovered"] = stuck
+        result["recovery_failures"] += failed
+
+    publish_gauges(gauges(config), registry=registry)
+    log.info("housekeeping completed: %s", result)
+    events.emit("housekeeping", dict(result))
+    return result
+
+
+@contextlib.contextmanager
+def exclusive(config: Settings | None = None) -> Iterator[bool]:
+    """Yield True if this process holds the cluster-wide housekeeping lock for the block.
+
+    PostgreSQL: ``pg_try_advisory_lock`` on a connection held for the block (released when the
+    block ends or the connection dies). SQLite is single-node: always True.
+    """
+    config = config or settings()
+    with config.require_engine().connect() as connection:
+        got = queries.try_housekeeping_lock(connection)
+        connection.commit()
+        try:
+            yield got
+        finally:
+            if got:
+                queries.release_housekeeping_lock(connection)
+                connection.commit()
+
+
+def run_exclusive(config: Settings | None = None, **kwargs: Any) -> dict[str, int] | None:
+    """:func:`run` unless another process is running housekeeping right now (then None)."""
+    with exclusive(config) as got:
+        return run(config, **kwargs) if got else None

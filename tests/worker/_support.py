@@ -1,0 +1,61 @@
+"""Helpers for the worker and housekeeping tests."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from geneva_drive import StepExecution, Workflow
+from geneva_drive.executor import RunOptions, run_execution
+from tests.worker.apps import SimulatedCrash
+
+
+def crash_current_step(
+    session: Session, workflow: Workflow, *, worker_id: str | None = None, lease: float = 30
+) -> StepExecution:
+    """Run the workflow's scheduled step as a worker that dies mid-step (phase 1 committed).
+
+    With ``worker_id`` the dead worker held a lease (the database worker); without, it held
+    none (an external backend such as Celery).
+    """
+    session.commit()
+    session.expire_all()
+    current = workflow.current_execution
+    assert current is not None and current.state == "scheduled", current
+    options = RunOptions(worker_id=worker_id, lease=timedelta(seconds=lease))
+    with pytest.raises(SimulatedCrash):
+        run_execution(current.id, options=options)
+    return fresh_execution(session, current.id)
+
+
+def fresh_execution(session: Session, execution_id: int) -> StepExecution:
+    if session.in_transaction():
+        session.commit()
+    session.expire_all()
+    found = session.get(StepExecution, execution_id)
+    assert found is not None
+    return found
+
+
+def trail(session: Session, workflow: Workflow) -> list[tuple[str, str, str | None]]:
+    if session.in_transaction():
+        session.commit()
+    session.expire_all()
+    rows = session.execute(
+        select(StepExecution.step_name, StepExecution.state, StepExecution.outcome)
+        .where(StepExecution.workflow_id == workflow.id)
+        .order_by(StepExecution.created_at, StepExecution.id)
+    )
+    return [(name, state, outcome) for name, state, outcome in rows]
+
+
+def state_of(session: Session, workflow: Workflow) -> Any:
+    if session.in_transaction():
+        session.commit()
+    session.expire_all()
+    session.refresh(workflow)
+    return workflow.state

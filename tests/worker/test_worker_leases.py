@@ -1,0 +1,174 @@
+"""Leases: a worker heartbeats the steps it runs; another recovers them once it stops."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+from typing import ClassVar
+
+import pytest
+from sqlalchemy import update
+
+from geneva_drive import StepExecution, Workflow, housekeeping, step
+from geneva_drive.executor import claim_and_run
+from geneva_drive.worker import Worker
+from tests.worker._support import crash_current_step, fresh_execution, state_of, trail
+from tests.worker.apps import SimulatedCrash, WorkerCrashable
+
+
+class WorkerLeaseLostSlowStep(Workflow):
+    may_proceed_without_hero = True
+    gate: ClassVar[threading.Event] = threading.Event()
+    entered: ClassVar[threading.Event] = threading.Event()
+
+    @step
+    def slow(self) -> None:
+        type(self).entered.set()
+        assert type(self).gate.wait(60), "the test never released the step"
+
+
+@pytest.fixture(autouse=True)
+def _reset_crashes():
+    WorkerCrashable.crashes = 0
+    yield
+    WorkerCrashable.crashes = 0
+
+
+def test_a_claimed_step_carries_the_workers_lease(gd, session, clock):
+    WorkerCrashable.crashes = 1
+    wf = WorkerCrashable.create(session)
+    session.commit()
+    worker = Worker(config=gd, lease=20)
+
+    with pytest.raises(SimulatedCrash):
+        claim_and_run(None, worker.options, gd)
+
+    (execution,) = wf.execution_history
+    execution = fresh_execution(session, execution.id)
+    assert execution.state == "in_progress"
+    assert execution.lease_owner == worker.worker_id
+    assert execution.lease_expires_at == clock.now() + timedelta(seconds=20)
+
+
+def test_a_heartbeat_extends_only_the_leases_the_worker_holds(gd, session, clock):
+    WorkerCrashable.crashes = 2
+    mine = WorkerCrashable.create(session, allow_multiple=True)
+    theirs = WorkerCrashable.create(session, allow_multiple=True)
+    worker = Worker(config=gd, lease=30)
+    mine_execution = crash_current_step(session, mine, worker_id=worker.worker_id)
+    theirs_execution = crash_current_step(session, theirs, worker_id="someone-else")
+    clock.advance(timedelta(seconds=10))
+
+    assert worker.heartbeat() == 1
+
+    assert fresh_execution(session, mine_execution.id).lease_expires_at == clock.now() + timedelta(
+        seconds=30
+    )
+    assert fresh_execution(session, theirs_execution.id).lease_expires_at == clock.now() + (
+        timedelta(seconds=20)
+    )
+
+
+def test_a_worker_recovers_a_dead_workers_step_once_its_lease_has_expired(gd, session, clock):
+    WorkerCrashable.crashes = 1
+    wf = WorkerCrashable.create(session)
+    crash_current_step(session, wf, worker_id="dead-worker", lease=30)
+    survivor = Worker(config=gd, lease=30)
+
+    clock.advance(timedelta(seconds=29))
+    assert survivor.recover_expired_leases() == 0
+    assert trail(session, wf) == [("fragile", "in_progress", None)]
+
+    clock.advance(timedelta(seconds=2))
+    assert survivor.recover_expired_leases() == 1
+    assert state_of(session, wf) == "ready"
+    assert trail(session, wf) == [
+        ("fragile", "completed", "recovered"),
+        ("fragile", "scheduled", None),
+    ]
+
+
+def test_a_heartbeat_keeps_a_slow_step_from_being_recovered(gd, session, clock):
+    WorkerCrashable.crashes = 1
+    wf = WorkerCrashable.create(session)
+    slow = Worker(config=gd, lease=30)
+    crash_current_step(session, wf, worker_id=slow.worker_id, lease=30)
+    other = Worker(config=gd, lease=30)
+
+    for _ in range(6):  # a minute of heartbeats every 10 s
+        clock.advance(timedelta(seconds=10))
+        slow.heartbeat()
+        assert other.recover_expired_leases() == 0
+
+    assert trail(session, wf) == [("fragile", "in_progress", None)]
+
+
+def test_a_worker_whose_lease_was_recovered_discards_its_late_result(gd, session, clock):
+    """The slow worker's phase 3 finds the execution recovered and writes nothing."""
+    gate = WorkerLeaseLostSlowStep.gate = threading.Event()
+    entered = WorkerLeaseLostSlowStep.entered = threading.Event()
+    wf = WorkerLeaseLostSlowStep.create(session)
+    session.commit()
+    slow_worker = Worker(config=gd, lease=30)
+    thread = threading.Thread(target=claim_and_run, args=(None, slow_worker.options, gd))
+    thread.start()
+    try:
+        assert entered.wait(60)
+        clock.advance(timedelta(seconds=31))  # it stalled: no heartbeat for longer than a lease
+        assert housekeeping.recover_expired_leases(gd) == 1
+    finally:
+        gate.set()
+        thread.join(60)
+
+    assert trail(session, wf) == [
+        ("slow", "completed", "recovered"),
+        ("slow", "scheduled", None),  # the late success did not schedule anything else
+    ]
+
+
+def test_recover_execution_is_idempotent(gd, session, clock):
+    WorkerCrashable.crashes = 1
+    wf = WorkerCrashable.create(session)
+    execution = crash_current_step(session, wf, worker_id="dead")
+
+    assert housekeeping.recover_execution(session, execution.id) is True
+    session.commit()
+    assert housekeeping.recover_execution(session, execution.id) is False
+    session.commit()
+
+    assert trail(session, wf) == [
+        ("fragile", "completed", "recovered"),
+        ("fragile", "scheduled", None),
+    ]
+
+
+def test_releasing_leases_lets_other_workers_recover_at_once(gd, session, clock):
+    WorkerCrashable.crashes = 1
+    wf = WorkerCrashable.create(session)
+    leaving = Worker(config=gd, lease=30)
+    crash_current_step(session, wf, worker_id=leaving.worker_id)
+
+    assert leaving.release_leases() == 1
+    clock.advance(timedelta(microseconds=1))
+
+    assert Worker(config=gd).recover_expired_leases() == 1
+    assert trail(session, wf)[0] == ("fragile", "completed", "recovered")
+
+
+def test_the_lease_must_be_positive(gd):
+    with pytest.raises(ValueError, match=r"lease=0.*must be positive"):
+        Worker(config=gd, lease=0)
+
+
+def test_a_worker_leaves_other_in_progress_rows_without_leases_to_housekeeping(gd, session, clock):
+    WorkerCrashable.crashes = 1
+    wf = WorkerCrashable.create(session)
+    execution = crash_current_step(session, wf)  # external backend: no lease
+    session.execute(
+        update(StepExecution).where(StepExecution.id == execution.id).values(lease_owner=None)
+    )
+    session.commit()
+    clock.advance(timedelta(minutes=30))
+
+    assert Worker(config=gd).recover_expired_leases() == 0
+    assert trail(session, wf) == [("fragile", "in_progress", None)]
