@@ -167,7 +167,8 @@ def _phase1(
                 )
                 if claimed is None:
                     return False, None
-                execution_id = claimed[0]
+                execution_id, workflow_id = claimed
+                return True, _prepare(session, execution_id, options, config, workflow_id)
             return True, _prepare(session, execution_id, options, config)
     except Exception as error:
         if queries.is_transient(error):
@@ -183,13 +184,19 @@ def _phase1(
 
 
 def _prepare(
-    session: Session, execution_id: int, options: RunOptions, config: Settings
+    session: Session,
+    execution_id: int,
+    options: RunOptions,
+    config: Settings,
+    workflow_id: int | None = None,
 ) -> Prepared | Aborted | None:
-    found = queries.get_execution(session, execution_id)
-    if found is None:
-        config.logger.warning("step execution %s not found; nothing to run", execution_id)
-        return None
-    workflow = queries.lock_workflow(session, found.workflow_id)
+    if workflow_id is None:  # not claimed: find the workflow to lock first
+        found = queries.get_execution(session, execution_id)
+        if found is None:
+            config.logger.warning("step execution %s not found; nothing to run", execution_id)
+            return None
+        workflow_id = found.workflow_id
+    workflow = queries.lock_workflow(session, workflow_id)
     execution = queries.lock_execution(session, execution_id)
     if workflow is None or execution is None:
         return None
@@ -419,6 +426,10 @@ def _finalize(
                 )
                 session.rollback()
                 return None
+            if workflow.next_step_name == execution.step_name:
+                # Navigation reads next_step_name alike; clearing this first lets the workflow
+                # row be written once, together with the rest of the outcome.
+                workflow.current_step_name = None
             error = _apply(session, workflow, execution, prepared.step_def, result, config)
             workflow.current_step_name = None
             execution.lease_owner = None
@@ -636,7 +647,8 @@ def _reschedule(
     *,
     rewind: bool = False,
 ) -> None:
-    workflow.current_step_name = execution.step_name
+    if workflow.next_step_name != execution.step_name:
+        workflow.current_step_name = execution.step_name  # e.g. perform_step_inline
     if step_def is not None and step_def.resumable:
         scheduling.create_successor_execution(
             session, workflow, execution, wait=wait, rewind=rewind

@@ -116,7 +116,9 @@ def workflow_table_args() -> tuple[Any, ...]:
     ongoing = "state NOT IN ('finished', 'canceled') AND allow_multiple = false"
     return (
         Index("ix_geneva_drive_workflows_type", "type"),
-        Index("ix_geneva_drive_workflows_state", "state"),
+        # State lookups, and housekeeping's "terminal and older than the cut-off" sweep,
+        # which must not scan every finished workflow ever kept.
+        Index("ix_geneva_drive_workflows_state_transitioned", "state", "transitioned_at"),
         Index("ix_geneva_drive_workflows_hero", "hero_type", "hero_id"),
         # One ongoing workflow per (class, hero): the database is the arbiter under races.
         # MySQL/MariaDB: a unique generated column instead (see MYSQL_UNIQUE_KEYS).

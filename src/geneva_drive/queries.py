@@ -37,13 +37,60 @@ def lock_workflow(session: Session, workflow_id: int) -> Workflow | None:
     lock from ``BEGIN IMMEDIATE`` (see ``engine.py``), which is stronger. Re-locking a row the
     transaction already holds is re-entrant on every engine.
     """
+    held = _held_workflow_locks(session)
+    cached = held.get(workflow_id) if held is not None else None
+    if cached is not None:
+        # Already locked and loaded in this very transaction: nobody else can have changed
+        # the row since, so this instance is the truth. Saves a round trip per scheduling
+        # call in phase 3, and phase 1's re-read after the claim.
+        return cached
     stmt = (
         select(workflow_model())
         .where(workflow_model().id == workflow_id)
         .with_for_update()
         .execution_options(populate_existing=True)
     )
-    return session.execute(stmt).scalar_one_or_none()
+    workflow = session.execute(stmt).scalar_one_or_none()
+    if workflow is not None:
+        remember_workflow_lock(session, workflow_id, workflow)
+    return workflow
+
+
+_HELD = "geneva_drive_held_workflow_locks"
+
+
+def _held_workflow_locks(session: Session) -> dict[int, Workflow | None] | None:
+    """Workflow ids locked in the session's current top-level transaction (None: unknown).
+
+    Inside a savepoint we never trust the cache: rolling back to a savepoint releases the
+    row locks taken after it, so a lock remembered there may be gone.
+    """
+    if session.in_nested_transaction():
+        return None
+    transaction = session.get_transaction()
+    entry = session.info.get(_HELD)
+    if transaction is None or entry is None or entry[0] is not transaction:
+        return None
+    held: dict[int, Workflow | None] = entry[1]
+    return held
+
+
+def remember_workflow_lock(
+    session: Session, workflow_id: int, workflow: Workflow | None = None
+) -> None:
+    """Note that this transaction holds ``workflow_id``'s row lock (and its loaded instance;
+    the strong reference keeps it in the session's weak identity map)."""
+    if session.in_nested_transaction():
+        return
+    transaction = session.get_transaction()
+    if transaction is None:
+        return
+    entry = session.info.get(_HELD)
+    if entry is None or entry[0] is not transaction:
+        fresh: dict[int, Workflow | None] = {}
+        entry = session.info[_HELD] = (transaction, fresh)
+    if workflow is not None or workflow_id not in entry[1]:
+        entry[1][workflow_id] = workflow
 
 
 def lock_execution(session: Session, execution_id: int) -> StepExecution | None:
@@ -232,8 +279,14 @@ def claim_due_execution(
         # Candidates without locks, then their workflow rows one by one (see the helper).
         candidates = session.execute(stmt.limit(MYSQL_CLAIM_CANDIDATES)).all()
         return _mysql_lock_first_claimable(session, candidates, now, queues)
-    row = session.execute(stmt.limit(1).with_for_update(of=wf, skip_locked=True)).first()
-    return None if row is None else (row[0], row[1])
+    # Load the workflow it locks too (populate_existing: the locked row is the latest
+    # version), so phase 1 need not select it again.
+    loading = stmt.add_columns(wf).execution_options(populate_existing=True)
+    row = session.execute(loading.limit(1).with_for_update(of=wf, skip_locked=True)).first()
+    if row is None:
+        return None
+    remember_workflow_lock(session, row[1], row[2])
+    return (row[0], row[1])
 
 
 # MySQL/MariaDB: how many due executions one claim considers before reporting nothing due.
@@ -281,6 +334,7 @@ def _mysql_lock_first_claimable(
             .with_for_update(skip_locked=True)
         ).first()
         if locked is not None:
+            remember_workflow_lock(session, workflow_id)
             return execution_id, workflow_id
     return None
 
@@ -320,7 +374,10 @@ def claim_execution(
         # No FOR UPDATE OF on MariaDB: lock the workflow row alone (see the helper).
         return _mysql_lock_first_claimable(session, session.execute(stmt).all(), now, queues)
     row = session.execute(stmt.with_for_update(of=wf, skip_locked=True)).first()
-    return None if row is None else (row[0], row[1])
+    if row is None:
+        return None
+    remember_workflow_lock(session, row[1])
+    return (row[0], row[1])
 
 
 def next_claimable_due_time(session: Session, queues: Sequence[str] | None) -> datetime | None:

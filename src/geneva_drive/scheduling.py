@@ -52,6 +52,8 @@ def create_step_execution(
     """Sweep strays, insert a scheduled execution of ``step_def``, wake a worker after commit."""
     now = settings().clock.now()
     queries.lock_workflow(session, workflow.id)
+    # Set before the sweep, whose autoflush then writes the workflow row once for everything.
+    workflow.next_step_name = step_def.name
     queries.sweep_strays(session, workflow.id, now)
     options = workflow.merged_job_options(step_def)
     execution = StepExecution(

@@ -110,7 +110,9 @@ def upgrade() -> None:
         **TABLE_OPTIONS,
     )
     op.create_index("ix_geneva_drive_workflows_type", WORKFLOWS, ["type"])
-    op.create_index("ix_geneva_drive_workflows_state", WORKFLOWS, ["state"])
+    op.create_index(
+        "ix_geneva_drive_workflows_state_transitioned", WORKFLOWS, ["state", "transitioned_at"]
+    )
     op.create_index("ix_geneva_drive_workflows_hero", WORKFLOWS, ["hero_type", "hero_id"])
     # One ongoing workflow per (class, hero). MySQL/MariaDB have no partial indexes: there it
     # is a unique index over the generated column, which is NULL unless the row is ongoing.
