@@ -175,9 +175,10 @@ def _phase1(
             # A deadlock or lock timeout rolled phase 1 back: the row is still scheduled and
             # will be claimed again. It is the database's trouble, not the step's.
             raise
+        if execution_id is None:
+            raise  # the claim itself failed: there is no execution to record anything on
         # Unexpected trouble before the body (the transaction above rolled back): record it
         # on the execution in a fresh transaction, let the policies decide, then re-raise.
-        assert execution_id is not None
         with session.begin():
             _record_prepare_failure(session, execution_id, error, config)
         return True, Aborted(error)
