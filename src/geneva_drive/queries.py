@@ -122,7 +122,8 @@ def sweep_strays(session: Session, workflow_id: int, now: datetime) -> int:
             canceled_at=now,
             updated_at=now,
         )
-        .execution_options(synchronize_session="fetch")
+        # "evaluate": apply the change to loaded instances in Python, without a round trip.
+        .execution_options(synchronize_session="evaluate")
     )
     return int(getattr(result, "rowcount", 0) or 0)
 
