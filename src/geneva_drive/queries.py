@@ -253,6 +253,18 @@ def newest_paused_marker(session: Session, workflow_id: int) -> StepExecution | 
     return session.execute(stmt).scalar_one_or_none()
 
 
+def _workflow_is_ready(wf: Any) -> Any:
+    """``state = 'ready'`` written so that no index on ``state`` can serve it.
+
+    Joined from the due executions, the workflow must be found by primary key. On a backlog
+    that arrives before ANALYZE has run, PostgreSQL believes one workflow is ready and picks
+    the state index instead, scanning every ready workflow for every due execution —
+    quadratic, 280 ms a claim at 1,400 due rows. ``state`` is NOT NULL, so the COALESCE
+    changes nothing but the plan.
+    """
+    return func.coalesce(wf.state, "") == WorkflowState.READY
+
+
 def claim_due_execution(
     session: Session, now: datetime, queues: Sequence[str] | None
 ) -> tuple[int, int] | None:
@@ -271,7 +283,7 @@ def claim_due_execution(
         .where(StepExecution.scheduled_for <= now)
         # Only ready workflows: a paused one keeps its row for resume(), and claiming it
         # would be a no-op that a worker repeats forever.
-        .where(wf.state == WorkflowState.READY)
+        .where(_workflow_is_ready(wf))
         .order_by(StepExecution.priority, StepExecution.scheduled_for)
     )
     if queues:
@@ -367,7 +379,7 @@ def claim_execution(
         .where(StepExecution.id == execution_id)
         .where(StepExecution.state == ExecutionState.SCHEDULED)
         .where(StepExecution.scheduled_for <= now)
-        .where(wf.state == WorkflowState.READY)
+        .where(_workflow_is_ready(wf))
     )
     if queues:
         stmt = stmt.where(StepExecution.queue.in_(queues))
@@ -391,7 +403,7 @@ def next_claimable_due_time(session: Session, queues: Sequence[str] | None) -> d
     stmt = (
         select(func.min(StepExecution.scheduled_for))
         .join(wf, wf.id == StepExecution.workflow_id)
-        .where(StepExecution.state == ExecutionState.SCHEDULED, wf.state == WorkflowState.READY)
+        .where(StepExecution.state == ExecutionState.SCHEDULED, _workflow_is_ready(wf))
     )
     if queues:
         stmt = stmt.where(StepExecution.queue.in_(queues))
