@@ -11,6 +11,8 @@ from typing import Annotated
 
 import typer
 
+from .config import Settings
+
 app = typer.Typer(
     help="Durable multi-step workflows in your own SQL database.",
     no_args_is_help=True,
@@ -31,6 +33,17 @@ def _engine(url: str):  # type: ignore[no-untyped-def]
     from .engine import create_engine
 
     return create_engine(url)
+
+
+def _load_app(database_url: str, modules: list[str] | None) -> Settings:
+    """The prelude of every long-running command: logging, the app's workflows, the engine."""
+    from .config import configure
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    sys.path.insert(0, os.getcwd())  # --app modules are named relative to where you run it
+    for module in modules or []:
+        importlib.import_module(module)
+    return configure(engine=_engine(database_url))
 
 
 @app.command()
@@ -76,14 +89,9 @@ def worker(
     ] = None,
 ) -> None:
     """Run steps from the database until SIGINT/SIGTERM (a second signal exits at once)."""
-    from .config import configure
     from .worker import Worker
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    sys.path.insert(0, os.getcwd())
-    for module in app_module or []:
-        importlib.import_module(module)
-    config = configure(engine=_engine(database_url))
+    config = _load_app(database_url, app_module)
     running = Worker(
         config=config,
         queues=[q.strip() for q in queues.split(",") if q.strip()] if queues else None,
@@ -117,13 +125,8 @@ def housekeeping(
     import json
 
     from . import housekeeping as hk
-    from .config import configure
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    sys.path.insert(0, os.getcwd())
-    for module in app_module or []:
-        importlib.import_module(module)
-    config = configure(engine=_engine(database_url))
+    config = _load_app(database_url, app_module)
     result = hk.run_exclusive(config, recover_scheduled=recover_scheduled)
     if result is None:
         typer.echo("housekeeping is already running elsewhere; nothing done", err=True)

@@ -108,14 +108,7 @@ def resume_workflow(workflow: Workflow) -> StepExecution | None:
 
             rendezvous(session, workflow, current)
         elif current.state == ExecutionState.SCHEDULED:
-            step_def = workflow.steps.named(current.step_name)
-            options = workflow.merged_job_options(step_def) if step_def else {}
-            enqueue_after_commit(
-                session,
-                EnqueuedStep(
-                    current.id, workflow.id, current.step_name, current.scheduled_for, options
-                ),
-            )
+            enqueue_after_commit(session, EnqueuedStep.for_execution(workflow, current))
         session.flush()
         return current
     marker = queries.newest_paused_marker(session, workflow.id)

@@ -352,18 +352,6 @@ def _mysql_lock_first_claimable(
     return None
 
 
-def next_due_time(session: Session, queues: Sequence[str] | None) -> datetime | None:
-    stmt = select(func.min(StepExecution.scheduled_for)).where(
-        StepExecution.state == ExecutionState.SCHEDULED
-    )
-    if queues:
-        stmt = stmt.where(StepExecution.queue.in_(queues))
-    return session.execute(stmt).scalar_one_or_none()
-
-
-# -- the database worker: claims by id, leases, wake-ups ---------------------------------------
-
-
 def claim_execution(
     session: Session, execution_id: int, now: datetime, queues: Sequence[str] | None
 ) -> tuple[int, int] | None:
@@ -396,8 +384,8 @@ def claim_execution(
 def next_claimable_due_time(session: Session, queues: Sequence[str] | None) -> datetime | None:
     """When the next execution a worker could claim falls due (ready workflows only).
 
-    Unlike :func:`next_due_time` this ignores rows kept for a paused workflow's ``resume()``:
-    they are due in the past, and an idle worker timing its sleep on them would spin.
+    Rows kept for a paused workflow's ``resume()`` are ignored: they are due in the past, and
+    an idle worker timing its sleep on them would spin.
     """
     wf = workflow_model()
     stmt = (

@@ -72,13 +72,7 @@ def create_step_execution(
     session.flush()
     enqueue_after_commit(
         session,
-        EnqueuedStep(
-            execution_id=execution.id,
-            workflow_id=workflow.id,
-            step_name=execution.step_name,
-            scheduled_for=execution.scheduled_for,
-            job_options=options,
-        ),
+        EnqueuedStep.for_execution(workflow, execution, options),
     )
     return execution
 

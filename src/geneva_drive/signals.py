@@ -217,16 +217,7 @@ def wake_matching(session: Session, workflow: Workflow, signal: Signal) -> list[
             execution.step_name,
             execution.id,
         )
-        enqueue_after_commit(
-            session,
-            EnqueuedStep(
-                execution.id,
-                workflow.id,
-                execution.step_name,
-                execution.scheduled_for,
-                workflow.merged_job_options(step_def),
-            ),
-        )
+        _enqueue(session, workflow, execution, step_def)
     return [execution for execution, _ in woken]
 
 
@@ -387,16 +378,8 @@ def _arm_timeout(
 def _enqueue(
     session: Session, workflow: Workflow, execution: StepExecution, step_def: StepDefinition
 ) -> None:
-    enqueue_after_commit(
-        session,
-        EnqueuedStep(
-            execution.id,
-            workflow.id,
-            execution.step_name,
-            execution.scheduled_for,
-            workflow.merged_job_options(step_def),
-        ),
-    )
+    options = workflow.merged_job_options(step_def)
+    enqueue_after_commit(session, EnqueuedStep.for_execution(workflow, execution, options))
 
 
 def _timer_of(session: Session, parked: StepExecution) -> StepExecution | None:

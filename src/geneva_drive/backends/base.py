@@ -9,12 +9,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sqlalchemy import event
 from sqlalchemy.orm import Session
 
 from ..config import enqueues_deferred, settings
+
+if TYPE_CHECKING:
+    from ..models import StepExecution
+    from ..workflow import Workflow
 
 _PENDING = "geneva_drive_pending_enqueues"
 _LISTENING = "geneva_drive_listening"
@@ -27,6 +31,25 @@ class EnqueuedStep:
     step_name: str
     scheduled_for: datetime
     job_options: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def for_execution(
+        cls, workflow: Workflow, execution: StepExecution, job_options: dict[str, Any] | None = None
+    ) -> EnqueuedStep:
+        """The wake-up for ``execution``; job options merged as when it was scheduled.
+
+        A row whose step (or class) is gone gets no options: the backend's default routing.
+        """
+        if job_options is None:
+            step_def = type(workflow).steps.named(execution.step_name)
+            job_options = workflow.merged_job_options(step_def) if step_def is not None else {}
+        return cls(
+            execution.id,
+            workflow.id,
+            execution.step_name,
+            execution.scheduled_for,
+            job_options,
+        )
 
 
 class Backend(Protocol):

@@ -279,17 +279,9 @@ def dispatch(config: Settings | None = None, backend: CeleryBackend | None = Non
 
 
 def _enqueued_step(execution: StepExecution, workflow: Workflow) -> EnqueuedStep:
-    # Job options are recomputed exactly as when the row was scheduled; a row whose class is
-    # gone (loaded as the base class) is sent with Celery's default routing.
-    step_def = type(workflow).steps.named(execution.step_name)
-    options = workflow.merged_job_options(step_def) if step_def is not None else {}
-    return EnqueuedStep(
-        execution_id=execution.id,
-        workflow_id=workflow.id,
-        step_name=execution.step_name,
-        scheduled_for=execution.scheduled_for,
-        job_options=options,
-    )
+    # Options recomputed as when the row was scheduled; a row whose class is gone (loaded as
+    # the base class) is sent with Celery's default routing.
+    return EnqueuedStep.for_execution(workflow, execution)
 
 
 def run_dispatcher(
