@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sqlite3
+import time
 from typing import Any
 
 import sqlalchemy
@@ -57,9 +59,30 @@ def _configure_sqlite_connection(dbapi_connection: Any, _record: Any) -> None:
     cursor = dbapi_connection.cursor()
     cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
     cursor.execute("PRAGMA foreign_keys = ON")
-    cursor.execute("PRAGMA journal_mode = WAL")  # an in-memory database just says "memory"
+    _use_wal(cursor)
     cursor.execute("PRAGMA synchronous = NORMAL")
     cursor.close()
+
+
+def _use_wal(cursor: Any) -> None:
+    """Switch the database file to WAL once; it stays WAL for every later connection.
+
+    Changing the journal mode needs the file to itself, and SQLite answers "database is
+    locked" at once instead of waiting on the busy timeout — so several processes opening a
+    fresh file together (workers starting side by side) must retry within that timeout.
+    """
+    mode = cursor.execute("PRAGMA journal_mode").fetchone()[0]
+    if str(mode).lower() in ("wal", "memory"):  # already done, or an in-memory database
+        return
+    deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)  # another connection is switching it right now
 
 
 def _begin_immediate(connection: Any) -> None:
