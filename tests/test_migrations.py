@@ -158,6 +158,7 @@ def test_migrated_schema_reflects_identically_to_create_all(empty_engine: sa.Eng
         "ix_geneva_drive_step_executions_due",
         "ix_geneva_drive_step_executions_due_any",
         "ix_geneva_drive_step_executions_lease",
+        "ix_geneva_drive_step_executions_waiting",
     }
 
 

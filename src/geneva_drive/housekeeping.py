@@ -17,7 +17,12 @@ Recovery comes in three kinds, all ending in :func:`recover_execution`:
 
 Deltas from the gem: paused workflows are never touched (H-12); a row whose recovery fails
 is reported and passed over, never retried in the same run (H-20); waiting-gauge totals are
-published as 0 when nothing waits (H-13).
+published as 0 when nothing waits (H-13); the gauges count ongoing workflows and those that
+finished or were canceled in the last hour, not every finished row kept (see :func:`gauges`).
+
+Cost: every query of a pass is an index range over the rows it acts on or counts (old
+terminal workflows, expired leases, stuck rows, ongoing and recent workflows, waiting
+executions), so a pass with nothing to do costs about the same with 10k or 1M rows kept.
 """
 
 from __future__ import annotations
@@ -25,14 +30,14 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Iterator
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.orm import Session
 
 from . import events, queries, scheduling
 from .config import Settings, settings
-from .states import ExecutionState, Outcome, WorkflowState
+from .states import TERMINAL_WORKFLOW_STATES, ExecutionState, Outcome, WorkflowState
 
 if TYPE_CHECKING:
     from .models import StepExecution
@@ -230,7 +235,9 @@ def cleanup(config: Settings, result: dict[str, int]) -> None:
     """Delete finished/canceled workflows older than the retention, children first, in batches.
 
     Each batch is its own short transaction, so a cleanup of millions of rows never holds
-    locks for long and can be interrupted at any point without harm.
+    locks for long and can be interrupted at any point without harm. Each finds its rows
+    through the ``(state, transitioned_at)`` index, so a pass with nothing old to delete
+    reads a few index pages however much recent history is kept.
     """
     keep = config.delete_completed_workflows_after
     if keep is None:
@@ -256,31 +263,58 @@ def cleanup(config: Settings, result: dict[str, int]) -> None:
 # -- gauges ----------------------------------------------------------------------------------
 
 
+# Finished and canceled workflows are gauged over this sliding window only (see gauges()).
+RECENT_WINDOW = timedelta(hours=1)
+RECENT_SUFFIX = "_last_hour"
+
+
 def gauges(config: Settings | None = None) -> list[tuple[str, float, dict[str, str]]]:
-    """The gauges as (name, value, tags), computed from the database (gem-spec F.5)."""
+    """The gauges as (name, value, tags), computed from the database (gem-spec F.5, bounded).
+
+    Every query here is an index range over the rows it counts, so the gauges cost the same
+    with 10k or 1M rows of history (``benchmarks/flatcost.py``):
+
+    - ``geneva_drive.<state>`` for the ongoing states (ready, performing, paused): total and
+      per ``workflow`` class, for the states present — exact, as in the gem.
+    - ``geneva_drive.finished_last_hour`` / ``geneva_drive.canceled_last_hour``: total and per
+      class, workflows that *became* finished/canceled within the last hour. The gem's
+      ``geneva_drive.finished`` / ``.canceled`` counted every terminal row still kept (up to
+      ``delete_completed_workflows_after``): a full scan of the table on every pass, for a
+      number that mostly measured the retention. Renamed, not redefined, so a dashboard built
+      on the old names shows "no data" instead of a silently different quantity.
+    - ``geneva_drive.paused_ratio`` per class: paused ÷ *ongoing* workflows of that class (the
+      gem divided by all rows kept, finished ones included, so the ratio of a class with any
+      history tended to 0). 0.0 for a class with ongoing workflows and none paused.
+    - ``geneva_drive.waiting_step_executions`` and ``geneva_drive.waiting_overdue``: total
+      (also when 0, H-13) and per class.
+    """
     config = config or settings()
+    now = config.clock.now()
     with config.session_factory()() as session, session.begin():
-        counts = queries.workflow_counts(session)
+        counts = queries.workflow_counts(session, now - RECENT_WINDOW)
         waiting = queries.waiting_counts(session)
         threshold = config.waiting_visibility_threshold
         overdue = (
-            queries.waiting_counts(session, config.clock.now() - threshold)
-            if threshold is not None
-            else None
+            queries.waiting_counts(session, now - threshold) if threshold is not None else None
         )
     out: list[tuple[str, float, dict[str, str]]] = []
-    per_state: dict[str, int] = {}
-    per_class: dict[str, int] = {}
+    per_name: dict[str, int] = {}
+    per_class: dict[str, int] = {}  # ongoing workflows, the paused ratio's denominator
     paused: dict[str, int] = {}
+    named: list[tuple[str, str, int]] = []
     for state, type_, count in counts:
-        per_state[state] = per_state.get(state, 0) + count
-        per_class[type_] = per_class.get(type_, 0) + count
+        terminal = state in TERMINAL_WORKFLOW_STATES
+        name = f"geneva_drive.{state}{RECENT_SUFFIX if terminal else ''}"
+        named.append((name, type_, count))
+        per_name[name] = per_name.get(name, 0) + count
+        if not terminal:
+            per_class[type_] = per_class.get(type_, 0) + count
         if state == WorkflowState.PAUSED:
             paused[type_] = paused.get(type_, 0) + count
-    for state, total in sorted(per_state.items()):
-        out.append((f"geneva_drive.{state}", total, {}))
-    for state, type_, count in sorted(counts):
-        out.append((f"geneva_drive.{state}", count, {"workflow": type_}))
+    for name, total in sorted(per_name.items()):
+        out.append((name, total, {}))
+    for name, type_, count in sorted(named):
+        out.append((name, count, {"workflow": type_}))
     for type_, total in sorted(per_class.items()):
         out.append(("geneva_drive.paused_ratio", paused.get(type_, 0) / total, {"workflow": type_}))
     # H-13: totals are published even when zero, so a dashboard sees "none" rather than "stale".

@@ -8,15 +8,24 @@ written by a holder of their workflow's lock.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, and_, case, delete, func, or_, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, and_, bindparam, case, delete, func, or_, select, update
+from sqlalchemy import inspect as sa_inspect
+from sqlalchemy.orm import Session, make_transient_to_detached
+from sqlalchemy.orm.attributes import set_committed_value
 
 from .models import Signal, StepExecution
-from .states import ExecutionState, Outcome, WorkflowState
+from .states import (
+    ONGOING_WORKFLOW_STATES,
+    TERMINAL_WORKFLOW_STATES,
+    ExecutionState,
+    Outcome,
+    WorkflowState,
+)
 
 if TYPE_CHECKING:
     from .workflow import Workflow
@@ -507,22 +516,37 @@ def _after(column: Any, id_column: Any, after: tuple[datetime, int]) -> Any:
 
 
 def _old_terminal_workflow_ids(cutoff: datetime) -> Any:
+    """Ids of finished/canceled workflows that transitioned before ``cutoff``.
+
+    ``state IN (…) AND transitioned_at < cutoff`` is one range per terminal state of
+    ``ix_geneva_drive_workflows_state_transitioned`` (``state`` equal, ``transitioned_at``
+    bounded), so a pass that finds nothing old reads a few index pages whatever the history
+    kept — where the ``state`` index alone matched nearly every row of a mature table.
+    """
     wf = workflow_model()
     return select(wf.id).where(
-        wf.state.in_((WorkflowState.FINISHED, WorkflowState.CANCELED)),
+        wf.state.in_(sorted(TERMINAL_WORKFLOW_STATES)),
         wf.transitioned_at < cutoff,
     )
 
 
 def _delete_batch(session: Session, table: Any, ids: Any) -> int:
-    # DELETE … WHERE id IN (SELECT id FROM (SELECT … LIMIT n) AS batch): the extra derived
-    # table is what MySQL/MariaDB need to accept a LIMIT in the IN sub-query; PostgreSQL and
-    # SQLite take it as written.
+    """Delete the rows of ``table`` whose id the ``ids`` query (with its LIMIT) selects.
+
+    PostgreSQL and SQLite: ``DELETE … WHERE id IN (SELECT id FROM (SELECT … LIMIT n) AS
+    batch)`` — a semi-join on the primary key. MySQL/MariaDB: the multi-table form ``DELETE
+    FROM t USING t, (SELECT … LIMIT n) AS batch WHERE t.id = batch.id``. The derived table is
+    what lets MySQL/MariaDB take a LIMIT and read the table being deleted from; the join is
+    because a single-table DELETE with an IN sub-query runs it as a *dependent* sub-query
+    for every row of the table (no semi-join for DELETE before MariaDB 11.1): a full scan of
+    the table per batch, even when nothing is old.
+    """
     batch = ids.subquery("batch")
-    result = session.execute(
-        delete(table).where(table.c.id.in_(select(batch.c.id))),
-        execution_options={"synchronize_session": False},
-    )
+    if _is_mysql(session):
+        stmt = delete(table).where(table.c.id == batch.c.id)
+    else:
+        stmt = delete(table).where(table.c.id.in_(select(batch.c.id)))
+    result = session.execute(stmt, execution_options={"synchronize_session": False})
     return int(getattr(result, "rowcount", 0) or 0)
 
 
@@ -552,22 +576,46 @@ def delete_old_workflows(session: Session, cutoff: datetime, limit: int) -> int:
     return _delete_batch(session, table, _old_terminal_workflow_ids(cutoff).limit(limit))
 
 
-def workflow_counts(session: Session) -> list[tuple[str, str, int]]:
-    """(state, type, count) over all workflows: one grouped query for the gauges."""
+def workflow_counts(session: Session, terminal_since: datetime) -> list[tuple[str, str, int]]:
+    """(state, type, count) of ongoing workflows, and of terminal ones since ``terminal_since``.
+
+    Ongoing (ready, performing, paused): all of them. Finished and canceled: only those whose
+    ``transitioned_at`` is at or after ``terminal_since``. Both halves are ranges of
+    ``ix_geneva_drive_workflows_state_transitioned`` — the ongoing states a prefix, the terminal
+    ones ``(state, transitioned_at >= since)`` — so the cost follows the work in flight and the
+    recent throughput, never the finished history kept until cleanup (counting every row was a
+    full scan of the table on every pass). One statement: ``UNION ALL`` of the two.
+    """
     wf = workflow_model()
-    stmt = select(wf.state, wf.type, func.count()).group_by(wf.state, wf.type)
+    columns = (wf.state, wf.type, func.count())
+    ongoing = select(*columns).where(wf.state.in_(sorted(ONGOING_WORKFLOW_STATES)))
+    terminal = select(*columns).where(
+        wf.state.in_(sorted(TERMINAL_WORKFLOW_STATES)), wf.transitioned_at >= terminal_since
+    )
+    stmt = ongoing.group_by(wf.state, wf.type).union_all(terminal.group_by(wf.state, wf.type))
     return [(row[0], row[1], int(row[2])) for row in session.execute(stmt)]
 
 
 def waiting_counts(session: Session, since_before: datetime | None = None) -> list[tuple[str, int]]:
-    """(workflow type, count) of ``waiting`` executions, optionally parked before a time."""
+    """(workflow type, count) of ``waiting`` executions, optionally parked before a time.
+
+    Each waiting row looks its workflow's type up by primary key (a correlated sub-query)
+    instead of joining: with a join grouped by ``type``, SQLite preferred to walk every
+    workflow in ``type`` index order (saving the GROUP BY a sort) and probe its executions —
+    a pass that grew with the history. This way every planner starts from the waiting rows
+    (the ``state`` index) and the cost follows how many are waiting.
+    """
     wf = workflow_model()
+    type_ = (
+        select(wf.type)
+        .where(wf.id == StepExecution.workflow_id)
+        .scalar_subquery()
+        .label("workflow_type")
+    )
     stmt = (
-        select(wf.type, func.count())
-        .select_from(StepExecution)
-        .join(wf, wf.id == StepExecution.workflow_id)
+        select(type_, func.count())
         .where(StepExecution.state == ExecutionState.WAITING)
-        .group_by(wf.type)
+        .group_by(type_)
     )
     if since_before is not None:
         stmt = stmt.where(StepExecution.waiting_since < since_before)

@@ -530,6 +530,74 @@ def test_gauges_count_workflows_per_state_and_per_class_with_paused_ratios(
     assert ("geneva_drive.finished", ()) not in g  # only states that are present
 
 
+def test_finished_and_canceled_workflows_are_gauged_over_the_last_hour_only(
+    gd, session, clock, gauge_events
+):
+    # Counting every terminal row kept until cleanup was a full scan of the table per pass;
+    # the last hour's is an index range. Old ones are not counted, and the gem's names
+    # (geneva_drive.finished / .canceled) are not reused for the narrower quantity.
+    _finished(session)
+    old_canceled = HousekeepingOtherClass.create(session, allow_multiple=True)
+    session.commit()
+    old_canceled.cancel()
+    session.commit()
+    clock.advance(timedelta(minutes=61))
+    _finished(session)
+    _finished(session, cls=HousekeepingOtherClass)
+    canceled = HousekeepingOtherClass.create(session, allow_multiple=True)
+    session.commit()
+    canceled.cancel()
+    session.commit()
+    clock.advance(timedelta(minutes=59))
+
+    _run(gd)
+
+    g = _gauges(gauge_events)
+    two, other = (("workflow", "HousekeepingTwoSteps"),), (("workflow", "HousekeepingOtherClass"),)
+    assert g[("geneva_drive.finished_last_hour", ())] == 2
+    assert g[("geneva_drive.finished_last_hour", two)] == 1
+    assert g[("geneva_drive.finished_last_hour", other)] == 1
+    assert g[("geneva_drive.canceled_last_hour", ())] == 1
+    assert g[("geneva_drive.canceled_last_hour", other)] == 1
+    assert not [key for key in g if key[0] in ("geneva_drive.finished", "geneva_drive.canceled")]
+
+
+def test_the_paused_ratio_divides_by_the_ongoing_workflows_of_the_class(
+    gd, session, clock, gauge_events
+):
+    paused = HousekeepingTwoSteps.create(session, allow_multiple=True)
+    HousekeepingTwoSteps.create(session, allow_multiple=True)
+    session.commit()
+    paused.pause()
+    session.commit()
+    for _ in range(2):
+        _finished(session)  # finished a moment ago: counted above, not in the ratio
+    HousekeepingOtherClass.create(session, allow_multiple=True)
+    session.commit()
+    _finished(session, cls=HousekeepingOtherClass)
+
+    _run(gd)
+
+    g = _gauges(gauge_events)
+    two, other = (("workflow", "HousekeepingTwoSteps"),), (("workflow", "HousekeepingOtherClass"),)
+    assert g[("geneva_drive.finished_last_hour", two)] == 2
+    assert g[("geneva_drive.paused_ratio", two)] == 0.5  # 1 of 2 ongoing, not 1 of 4 rows
+    assert g[("geneva_drive.paused_ratio", other)] == 0.0
+
+
+def test_a_class_with_only_finished_workflows_gets_no_paused_ratio(
+    gd, session, clock, gauge_events
+):
+    _finished(session, cls=HousekeepingOtherClass)
+
+    _run(gd)
+
+    g = _gauges(gauge_events)
+    other = (("workflow", "HousekeepingOtherClass"),)
+    assert g[("geneva_drive.finished_last_hour", other)] == 1
+    assert ("geneva_drive.paused_ratio", other) not in g  # 0 ongoing: no ratio to report
+
+
 def test_waiting_gauges_count_parked_steps_and_the_overdue_ones(gd, session, clock, gauge_events):
     early = WorkerWaitsForApproval.create(session, allow_multiple=True)
     session.commit()
@@ -585,7 +653,8 @@ def test_gauges_are_set_as_prometheus_metrics_and_stale_classes_disappear(gd, se
     session.commit()
     _run(gd, registry=registry)
     assert registry.get_sample_value("geneva_drive_ready", labels) is None
-    assert registry.get_sample_value("geneva_drive_canceled", labels) == 1
+    assert registry.get_sample_value("geneva_drive_canceled_last_hour", labels) == 1
+    assert registry.get_sample_value("geneva_drive_canceled", labels) is None  # renamed
 
 
 def test_a_housekeeping_event_carries_the_counters(gd, session):
