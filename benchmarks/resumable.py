@@ -7,7 +7,10 @@ rows, run by the in-process worker. Three ways to checkpoint:
 - ``per_item``: ``iterate_over_records`` with the default — a commit of the cursor per item;
 - ``checkpoint_every``: the same loop with ``checkpoint_every=1000`` — a commit per 1,000;
 - ``batches``: ``iterate_over_batches`` — one checkpoint (and commit) per page of 1,000.
-The step body does no work of its own, so this is the framework's cost per item.
+The step body does no work of its own, so this is the framework's cost per item (plus the
+ORM's cost of loading each row as an instance, which the step asked for). Besides items/s it
+reports this process's CPU per item (the worker runs in-process; the script's own progress
+polls are negligible) and the statements and commits per item that the worker issued.
 ``--per-item-rows`` caps the per-item run (it commits once per row; say so in the results).
 """
 
@@ -24,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _gd
 import gd_app
 from _common import emit, log, machine, start_postgres
-from sqlalchemy import text
+from sqlalchemy import event, text
 from sqlalchemy.orm import Session
 
 VARIANTS = {
@@ -54,7 +57,22 @@ def one(url: str, variant: str, rows: int, backend: str) -> dict:
         VARIANTS[variant].create(session)
         session.commit()
     log(f"resumable: {variant} over {rows} rows")
+    counts = {"statements": 0, "commits": 0}
+
+    def on_statement(*_: object) -> None:
+        counts["statements"] += 1
+
+    def on_commit(*_: object) -> None:
+        counts["commits"] += 1
+
+    event.listen(engine, "before_cursor_execute", on_statement)
+    event.listen(engine, "commit", on_commit)
+    cpu0 = time.process_time()
     run = _gd.run_in_process(config, 1, 1, timeout=3600)
+    cpu = time.process_time() - cpu0
+    event.remove(engine, "before_cursor_execute", on_statement)
+    event.remove(engine, "commit", on_commit)
+    statements = counts["statements"] - run.polls  # one SELECT per progress poll
     with engine.connect() as conn:
         cursor, executions = conn.execute(
             text(
@@ -71,6 +89,9 @@ def one(url: str, variant: str, rows: int, backend: str) -> dict:
         "rows": rows,
         "seconds": round(run.seconds, 2),
         "items_per_s": round(rows / run.seconds, 1),
+        "cpu_ms_per_item": round(cpu * 1000 / rows, 4),
+        "statements_per_item": round(statements / rows, 4),
+        "commits_per_item": round(counts["commits"] / rows, 4),
         "executions": executions,
         "final_cursor": cursor,
     }

@@ -10,20 +10,30 @@ only ever decided at a checkpoint, and an interrupting checkpoint always commits
 workflow row is re-read only at checkpoints that commit: batching commits also batches that
 read. Runtimes are measured with the configured clock, so a ``FrozenClock`` drives them in
 tests.
+
+Cost: a committing checkpoint is one statement plus the commit on PostgreSQL and SQLite (the
+cursor write, the ownership check and the workflow-state read are one ``UPDATE … RETURNING``,
+see ``queries.checkpoint_execution``), two on MariaDB. A checkpoint that does not commit runs
+no SQL and at most one clock read, so batched checkpoints cost little more than the loop.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Select, select
+from sqlalchemy import Select
 from sqlalchemy.orm import Session
+from sqlalchemy.orm.attributes import set_committed_value
 
 from . import queries, serialization
+from .clock import Clock, SystemClock
 from .errors import CursorTooLargeError
 from .flow import FlowControl
+from .states import WorkflowState
 
 if TYPE_CHECKING:
     from .config import Settings
@@ -43,6 +53,10 @@ class _LostExecution(BaseException):
     """The execution was recovered by another worker while this one still ran it."""
 
 
+_NEVER = float("inf")
+_STOPPED = frozenset({WorkflowState.PAUSED.value, WorkflowState.CANCELED.value})
+
+
 class IterableStep:
     """The ``it`` handed to a resumable step."""
 
@@ -56,14 +70,39 @@ class IterableStep:
         config: Settings,
     ) -> None:
         self._session = session
-        self._workflow = workflow
         self._execution = execution
         self._step = step_def
-        self._options = options
         self._config = config
-        self._started = config.clock.now()
-        self._last_commit = self._started
+        self._clock = config.clock
+        self._execution_id = execution.id
+        self._workflow_id = workflow.id
+        self._owner = options.worker_id
         self._uncommitted = 0
+        # Everything a checkpoint decides is precomputed here as plain numbers (inf: never),
+        # so that a checkpoint which does not commit costs a few comparisons and at most one
+        # clock read.
+        every, interval = step_def.checkpoint_every, step_def.checkpoint_interval
+        runtime = step_def.max_runtime
+        interruptible = options.interruptible
+        self._interval = interval.total_seconds() if isinstance(interval, timedelta) else _NEVER
+        # Commit when this many checkpoints are uncommitted (every one unless batched).
+        if every is None:
+            every = 1 if self._interval == _NEVER else sys.maxsize
+        self._commit_every: int = every
+        limit = (options.max_iterations or step_def.max_iterations) if interruptible else None
+        self._iteration_limit: int = limit or sys.maxsize
+        self._should_exit = options.should_exit if interruptible else None
+        self._watch_workflow = interruptible
+        timed = self._interval != _NEVER or (interruptible and isinstance(runtime, timedelta))
+        self._elapsed = _stopwatch(self._clock) if timed else None
+        start = self._elapsed() if self._elapsed is not None else 0.0
+        self._commit_by = start + self._interval  # in stopwatch seconds; commit at or after
+        # Interrupt once past this (strictly: "ran longer than max_runtime").
+        self._stop_after = (
+            start + runtime.total_seconds()
+            if interruptible and isinstance(runtime, timedelta)
+            else _NEVER
+        )
         self.name = step_def.name
         self.cursor: Any = execution.cursor_value
         self.resumed = execution.resuming
@@ -87,18 +126,23 @@ class IterableStep:
         """Count an iteration; commit work + cursor when due; stop here if asked to."""
         self.iterations += 1
         self._uncommitted += 1
-        commit_due = self._commit_due()
-        interrupt = self._should_interrupt(read_workflow=commit_due)
-        if interrupt or commit_due:
-            self._commit()
-        if interrupt:
+        elapsed = 0.0 if self._elapsed is None else self._elapsed()
+        if (
+            self.iterations >= self._iteration_limit
+            or elapsed > self._stop_after
+            or (self._should_exit is not None and self._should_exit())
+        ):
+            self._commit(read_workflow=False)
             raise _Interrupt()
+        commit_due = self._uncommitted >= self._commit_every or elapsed >= self._commit_by
+        if commit_due and self._commit(read_workflow=self._watch_workflow):
+            raise _Interrupt()  # paused or canceled by an operator: stop after this commit
 
     def skip_to(self, value: Any, wait: timedelta | float | None = None) -> None:
         """Store ``value`` as the cursor and continue in a new execution after ``wait``."""
         self.cursor = value
         self.advanced = True
-        self._commit()
+        self._commit(read_workflow=False)
         delta = timedelta(seconds=wait) if isinstance(wait, int | float) else wait
         raise _Interrupt(delta)
 
@@ -123,20 +167,23 @@ class IterableStep:
         The cursor is the last processed row's ``cursor_column`` value (the primary key by
         default); the column must be unique and not null, or keyset paging skips rows.
         """
-        for batch in self.iterate_over_batches(
-            statement, batch_size=batch_size, cursor_column=cursor_column, _per_item=True
-        ):
-            yield from batch
+        for rows, key in self._pages(statement, batch_size, cursor_column):
+            for row in rows:
+                yield row
+                self.set(getattr(row, key))
 
     def iterate_over_batches(
-        self,
-        statement: Select[Any],
-        *,
-        batch_size: int = 500,
-        cursor_column: Any = None,
-        _per_item: bool = False,
+        self, statement: Select[Any], *, batch_size: int = 500, cursor_column: Any = None
     ) -> Iterator[Sequence[Any]]:
         """Yield lists of up to ``batch_size`` rows; the cursor is the last key of each batch."""
+        for rows, key in self._pages(statement, batch_size, cursor_column):
+            yield rows
+            self.set(getattr(rows[-1], key))
+
+    def _pages(
+        self, statement: Select[Any], batch_size: int, cursor_column: Any
+    ) -> Iterator[tuple[Sequence[Any], str]]:
+        """Keyset pages after the cursor; each page is read after the previous one's items."""
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(
                 f"{self._step.label}: batch_size= must be a positive integer, got {batch_size!r}"
@@ -147,84 +194,76 @@ class IterableStep:
         whole_entities = len(statement.column_descriptions) == 1 and (
             statement.column_descriptions[0]["expr"] is entity
         )
+        ordered = statement.order_by(None).order_by(column.asc()).limit(batch_size)
         while True:
             # Keyset paging in cursor order: each page starts after the last checkpointed key,
             # so it costs the same on page 1 and page 10,000 (no OFFSET).
-            page = statement.order_by(None).order_by(column.asc()).limit(batch_size)
-            if self.cursor is not None:
-                page = page.where(column > self.cursor)
+            page = ordered if self.cursor is None else ordered.where(column > self.cursor)
             result = self._session.execute(page)
             rows = result.scalars().all() if whole_entities else result.all()
             if not rows:
                 return
-            if _per_item:
-                for row in rows:
-                    yield [row]
-                    self.set(getattr(row, key))
-            else:
-                yield rows
-                self.set(getattr(rows[-1], key))
+            yield rows, key
             if len(rows) < batch_size:
                 return
 
     # -- internals -------------------------------------------------------------------------
 
-    def _commit_due(self) -> bool:
-        every, interval = self._step.checkpoint_every, self._step.checkpoint_interval
-        if every is None and interval is None:
-            return True
-        if every is not None and self._uncommitted >= every:
-            return True
-        return isinstance(interval, timedelta) and (
-            self._config.clock.now() - self._last_commit >= interval
+    def _commit(self, *, read_workflow: bool) -> bool:
+        """Commit the work since the last checkpoint with the cursor; True: workflow stopped."""
+        encoded = self._encoded_cursor()
+        now = self._clock.now()
+        owned, state = queries.checkpoint_execution(
+            self._session,
+            self._execution_id,
+            self._workflow_id,
+            self._owner,
+            now,
+            encoded,
+            read_workflow=read_workflow,
         )
-
-    def _commit(self) -> None:
-        self.record_cursor()
-        if not queries.still_owns_execution(
-            self._session, self._execution.id, self._options.worker_id, self._config.clock.now()
-        ):
+        if not owned:
             # Recovered from under us (our lease expired): this run is now the duplicate.
             self._session.rollback()
             raise _LostExecution()
+        # Written with Core: tell the ORM the row holds these now, so it has nothing to flush.
+        set_committed_value(self._execution, "cursor", encoded)
+        set_committed_value(self._execution, "updated_at", now)
         self._session.commit()  # the work since the last checkpoint lands with its cursor
         self._uncommitted = 0
-        self._last_commit = self._config.clock.now()
+        if self._elapsed is not None:
+            self._commit_by = self._elapsed() + self._interval
+        return read_workflow and state in _STOPPED
 
     def record_cursor(self) -> None:
         """Write the cursor to the execution (size-checked); it commits with the session."""
+        self._execution.cursor = self._encoded_cursor()
+
+    def _encoded_cursor(self) -> Any:
         limit = self._config.max_cursor_size
         if limit is not None and self.cursor is not None:
             size = serialization.encoded_size(self.cursor)
             if size > limit:
                 raise CursorTooLargeError(
-                    f"{self._step.label} (execution id={self._execution.id}): tried to store a "
+                    f"{self._step.label} (execution id={self._execution_id}): tried to store a "
                     f"cursor of {size} bytes, over max_cursor_size={limit}; a cursor is the "
                     "value to resume from — keep it to a key or two, or raise "
                     "configure(max_cursor_size=...)"
                 )
-        self._execution.cursor = serialization.encode(self.cursor)
+        return serialization.encode(self.cursor)
 
-    def _should_interrupt(self, *, read_workflow: bool) -> bool:
-        if not self._options.interruptible:
-            return False
-        limit = self._options.max_iterations or self._step.max_iterations
-        if limit is not None and self.iterations >= limit:
-            return True
-        runtime = self._step.max_runtime
-        if isinstance(runtime, timedelta) and self._config.clock.now() - self._started > runtime:
-            return True
-        if self._options.should_exit is not None and self._options.should_exit():
-            return True
-        return read_workflow and self._workflow_stopped()
 
-    def _workflow_stopped(self) -> bool:
-        from .workflow import Workflow
+def _stopwatch(clock: Clock) -> Callable[[], float]:
+    """Seconds on a fixed origin, read from ``clock``: what runtimes and intervals are measured on.
 
-        state = self._session.execute(
-            select(Workflow.state).where(Workflow.id == self._workflow.id)
-        ).scalar_one()
-        return state in ("paused", "canceled")
+    The real clock is read through ``time.monotonic()``: a fraction of the cost of
+    ``datetime.now()`` at every checkpoint, and immune to wall-clock jumps. Any other clock (a
+    ``FrozenClock`` in tests) is read as it is, so moving it drives the limits.
+    """
+    if type(clock) is SystemClock:
+        return time.monotonic
+    origin = clock.now()
+    return lambda: (clock.now() - origin).total_seconds()
 
 
 def _primary_key(entity: Any) -> Any:

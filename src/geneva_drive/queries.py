@@ -727,28 +727,82 @@ def executions_to_dispatch(
     return [(row[0], row[1]) for row in session.execute(stmt)]
 
 
-def still_owns_execution(
-    session: Session, execution_id: int, owner: str | None, now: datetime
-) -> bool:
-    """Touch the execution iff it is still in progress under ``owner`` (None: no lease).
+def checkpoint_execution(
+    session: Session,
+    execution_id: int,
+    workflow_id: int,
+    owner: str | None,
+    now: datetime,
+    cursor: Any,
+    *,
+    read_workflow: bool,
+) -> tuple[bool, str | None]:
+    """Write a resumable step's encoded ``cursor`` iff the execution is still ours.
 
-    A resumable step calls this right before each checkpoint commit. The UPDATE takes the
-    execution's row lock (after the ORM's own write of the cursor), so lease recovery — which
-    locks the workflow, then this row — either ran before and we see its result, or waits
-    until we commit. A stalled worker whose execution was recovered must not keep committing
-    work and cursors onto it while a successor redoes them.
+    Returns ``(owned, workflow_state)``. ``owned`` is False when the execution is no longer in
+    progress under ``owner`` (None: no lease) — recovered by housekeeping while this worker
+    stalled — and then nothing was written: the caller must roll back, not commit its work
+    onto a row a successor now redoes. The UPDATE takes the execution's row lock, so lease
+    recovery (which locks the workflow, then this row) either ran before and we see its result
+    (rowcount 0), or waits until our checkpoint commits.
+
+    ``workflow_state`` is the workflow row's state (to observe an operator's pause or cancel),
+    read by the same statement through ``RETURNING`` where the dialect has ``UPDATE …
+    RETURNING`` (PostgreSQL, SQLite): one round trip per checkpoint. MariaDB has no ``UPDATE
+    … RETURNING``, so it takes a second statement, only when ``read_workflow``; otherwise
+    None. A plain read, no lock: a pause committed just after it is seen at the next
+    checkpoint, as it would be a moment later anyway.
+
+    Core, not the ORM: a flush per checkpoint costs several times the statement. The loaded
+    execution's ``cursor``/``updated_at`` are the caller's to keep in step.
     """
-    result = session.execute(
-        update(StepExecution)
-        .where(
-            StepExecution.id == execution_id,
-            StepExecution.state == ExecutionState.IN_PROGRESS,
-            StepExecution.lease_owner.is_not_distinct_from(owner),
-        )
-        .values(updated_at=now)
-        .execution_options(synchronize_session=False)
+    returning = bool(session.get_bind().dialect.update_returning)
+    params = {"gd_id": execution_id, "gd_owner": owner, "gd_now": now, "gd_cursor": cursor}
+    if returning:
+        params["gd_workflow_id"] = workflow_id
+    result = session.connection().execute(_checkpoint_statement(returning), params)
+    if returning:
+        row = result.first()
+        return (False, None) if row is None else (True, row[0])
+    if not getattr(result, "rowcount", 0):
+        return False, None
+    if not read_workflow:
+        return True, None
+    state = session.connection().execute(
+        _workflow_state_statement(), {"gd_workflow_id": workflow_id}
     )
-    return bool(getattr(result, "rowcount", 0))
+    return True, state.scalar_one()
+
+
+@functools.lru_cache(maxsize=2)
+def _checkpoint_statement(returning: bool) -> Any:
+    # Built once: SQLAlchemy then reuses its compiled form (and psycopg prepares it).
+    table: Any = StepExecution.__table__
+    stmt = (
+        update(table)
+        .where(
+            table.c.id == bindparam("gd_id"),
+            table.c.state == ExecutionState.IN_PROGRESS.value,
+            table.c.lease_owner.is_not_distinct_from(
+                bindparam("gd_owner", type_=table.c.lease_owner.type)
+            ),
+        )
+        .values(
+            {
+                table.c.cursor: bindparam("gd_cursor", type_=table.c.cursor.type),
+                table.c.updated_at: bindparam("gd_now", type_=table.c.updated_at.type),
+            }
+        )
+    )
+    if returning:
+        stmt = stmt.returning(_workflow_state_statement().scalar_subquery())
+    return stmt
+
+
+@functools.lru_cache(maxsize=1)
+def _workflow_state_statement() -> Any:
+    workflows: Any = workflow_model().__table__
+    return select(workflows.c.state).where(workflows.c.id == bindparam("gd_workflow_id"))
 
 
 _TRANSIENT_SQLSTATES = {"40001", "40P01", "55P03"}  # serialization, deadlock, lock not available
