@@ -20,15 +20,23 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.orm import Session
 
 from . import events, queries, scheduling, serialization, signals
+from .backends.base import EnqueuedStep, enqueue_after_commit
 from .config import Settings, settings
 from .errors import StepNotDefinedError
 from .flow import Action, FlowControl
 from .models import StepExecution
 from .policy import Decision, resolve
-from .states import ExecutionState, Outcome, WorkflowState, check_step_transition
+from .states import (
+    ExecutionState,
+    Outcome,
+    WorkflowState,
+    check_step_transition,
+    check_workflow_transition,
+)
 
 if TYPE_CHECKING:
     from .models import Signal
@@ -74,6 +82,10 @@ class RunOptions:
     should_exit: Callable[[], bool] | None = None
     worker_id: str | None = None
     lease: timedelta | None = None
+    # Chaining (the database worker): given the queue of a next step that is due now, True
+    # means "start it in the transaction that completes this one and run it here next".
+    chain: Callable[[str], bool] | None = None
+    on_chained: Callable[[], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -136,11 +148,17 @@ def _continue(
         return None
     if outcome is None:
         return None
-    result = _perform(session, outcome, options, config)
-    error = _finalize(session, outcome, result, config)
-    if error is not None and reraise:
-        raise error
-    return outcome.execution
+    prepared = outcome
+    while True:
+        result = _perform(session, prepared, options, config)
+        error, chained = _finalize(session, prepared, result, config, options)
+        if error is not None and reraise:
+            raise error
+        if chained is None:
+            return prepared.execution
+        if options.on_chained is not None:
+            options.on_chained()
+        prepared = chained
 
 
 # -- phase 1 ---------------------------------------------------------------------------------
@@ -285,16 +303,26 @@ def _guards_and_start(
         signal = signals.gate(session, workflow, execution, step_def)
         if signal is None:
             return None
-    # 9. Start.
+    # 9. Start: two Core UPDATEs under the locks phase 1 holds (see queries.write_through).
     check_step_transition(execution.state, ExecutionState.IN_PROGRESS)
-    execution.state = ExecutionState.IN_PROGRESS
-    execution.started_at = now
+    started: dict[str, Any] = {
+        "state": ExecutionState.IN_PROGRESS,
+        "started_at": now,
+        "updated_at": now,
+    }
     if options.worker_id is not None:
-        execution.lease_owner = options.worker_id
-        execution.lease_expires_at = now + (options.lease or timedelta(seconds=30))
-    scheduling.transition(workflow, WorkflowState.PERFORMING, current_step_name=step_def.name)
+        started["lease_owner"] = options.worker_id
+        started["lease_expires_at"] = now + (options.lease or timedelta(seconds=30))
+    queries.write_through(session, execution, started)
+    check_workflow_transition(workflow.state, WorkflowState.PERFORMING)
+    performing: dict[str, Any] = {
+        "state": WorkflowState.PERFORMING,
+        "current_step_name": step_def.name,
+        "updated_at": now,
+    }
     if workflow.started_at is None:
-        workflow.started_at = now
+        performing["started_at"] = now
+    queries.write_through(session, workflow, performing)
     return Prepared(workflow, execution, step_def, signal)
 
 
@@ -341,9 +369,12 @@ def _perform(
     workflow.__dict__["_gd_received_signal"] = prepared.signal
     hero = workflow.__dict__.get("_gd_hero")
     if hero is not None:
-        # Loaded by phase 1's hero guard in an earlier transaction: let the body read it fresh
-        # in its own, so `hero.counter += 1` does not write back a stale value.
-        session.expire(hero)
+        if sa_inspect(hero).persistent:
+            # Loaded by phase 1's hero guard in an earlier transaction: let the body read it
+            # fresh in its own, so `hero.counter += 1` does not write back a stale value.
+            session.expire(hero)
+        else:  # deleted by a step chained before this one: look it up again if asked
+            workflow.__dict__.pop("_gd_hero", None)
 
     def body() -> Result:
         with events.instrument("step", payload):
@@ -406,15 +437,21 @@ def _describe(result: Result) -> str:
 
 
 def _finalize(
-    session: Session, prepared: Prepared, result: Result, config: Settings
-) -> BaseException | None:
-    """Record the outcome and schedule what comes next; returns the step's error, if any."""
+    session: Session, prepared: Prepared, result: Result, config: Settings, options: RunOptions
+) -> tuple[BaseException | None, Prepared | None]:
+    """Record the outcome and schedule what comes next.
+
+    Returns the step's error, if any, and the next step when it was started in the same
+    transaction (chaining, see :func:`_complete`).
+    """
     workflow_id, execution_id = prepared.workflow.id, prepared.execution.id
     payload = events.execution_payload(prepared.workflow, prepared.execution)
     if isinstance(result, Failed):
         session.rollback()  # the body's writes must not land with a failure
     with events.instrument("finalize", payload):
         try:
+            if isinstance(result, Completed) and _unchanged_since_start(session, prepared):
+                return None, _complete(session, prepared, config, payload, options)
             # Re-lock in the body's own transaction: its writes commit with the outcome.
             workflow = queries.lock_workflow(session, workflow_id)
             execution = queries.lock_execution(session, execution_id)
@@ -426,7 +463,7 @@ def _finalize(
                     execution.state,
                 )
                 session.rollback()
-                return None
+                return None, None
             if workflow.next_step_name == execution.step_name:
                 # Navigation reads next_step_name alike; clearing this first lets the workflow
                 # row be written once, together with the rest of the outcome.
@@ -447,7 +484,164 @@ def _finalize(
                 _release_after_transient_error(session, execution_id, error, config)
             raise
     prepared.workflow, prepared.execution = workflow, execution
-    return error
+    return error, None
+
+
+def _unchanged_since_start(session: Session, prepared: Prepared) -> bool:
+    """Lock the workflow row; True if nobody touched its state since phase 1 started the step.
+
+    The common case — a step completed, no operator paused, canceled or redirected the
+    workflow meanwhile — then needs neither a reload of the workflow nor of the execution (the
+    completion's own UPDATE checks the execution is still ours). Anything else, including a
+    body that left the workflow instance modified, takes the general path.
+    """
+    workflow = prepared.workflow
+    if session.is_modified(workflow, include_collections=False):
+        return False
+    row = queries.lock_workflow_row(session, workflow.id)
+    return row is not None and row == (
+        workflow.state,
+        workflow.current_step_name,
+        workflow.next_step_name,
+        workflow.transitioned_at,
+    )
+
+
+def _complete(
+    session: Session,
+    prepared: Prepared,
+    config: Settings,
+    payload: dict[str, Any],
+    options: RunOptions,
+) -> Prepared | None:
+    """Phase 3 of a completed step on a workflow still as phase 1 left it (the fast path).
+
+    Chaining: when the next step is due now and ``options.chain`` accepts its queue, its phase
+    1 runs right here, under the workflow lock this transaction already holds, and one commit
+    records this step's outcome and the next step's start. The caller then runs it without a
+    claim: one commit per step instead of two. Its guards (hero, cancel_if, skip_if, signal
+    gate) run exactly as a claim would run them, an instant earlier.
+    """
+    workflow, execution = prepared.workflow, prepared.execution
+    queries.remember_workflow_lock(session, workflow.id, workflow)
+    now = config.clock.now()
+    check_step_transition(execution.state, ExecutionState.COMPLETED)
+    done = {
+        "state": ExecutionState.COMPLETED,
+        "outcome": Outcome.SUCCESS,
+        "completed_at": now,
+        "finished_at": now,
+        "lease_owner": None,
+        "lease_expires_at": None,
+        "updated_at": now,
+    }
+    if not queries.write_through(session, execution, done, if_state=ExecutionState.IN_PROGRESS):
+        # Someone took the row from us (lease recovery): our run is the duplicate.
+        events.execution_logger(workflow, execution).warning(
+            "execution is no longer in_progress; discarding this run's work"
+        )
+        session.rollback()
+        return None
+    signals.record_clean_resolution(session, execution)
+    following = type(workflow).steps.next_after(workflow.current_step_name)
+    chained: Prepared | Aborted | None = None
+    if following is None:
+        scheduling.finish_workflow(workflow)
+        queries.write_through(session, workflow, {"updated_at": now})
+    else:
+        scheduling.transition(workflow, WorkflowState.READY, current_step_name=None)
+        queue = str(workflow.merged_job_options(following).get("queue") or "default")
+        chain = (
+            options.chain is not None and not following.wait_delta and options.chain(queue)
+        )
+        # No stray sweep: nothing can be left to sweep here. The unique index allows no other
+        # scheduled row while ours was in progress, and a waiting (parked) row only ever
+        # exists as a workflow's one active execution — every other way of creating an
+        # execution sweeps it first. (Verified, not assumed: the row is ours, unchanged.)
+        created = scheduling.create_step_execution(
+            session,
+            workflow,
+            following,
+            wait=following.wait_delta,
+            sweep=False,
+            start_here=chain,
+        )
+        if chain:
+            chained = _start_chained(session, workflow, created, following, options, config)
+    payload["workflow_state"] = workflow.state
+    payload["step_state"] = execution.state
+    session.commit()
+    return chained if isinstance(chained, Prepared) else None
+
+
+def _start_chained(
+    session: Session,
+    workflow: Workflow,
+    execution: StepExecution,
+    step_def: StepDefinition,
+    options: RunOptions,
+    config: Settings,
+) -> Prepared | Aborted | None:
+    """Phase 1 of the next step inside the transaction that completed its predecessor.
+
+    Should anything fail unexpectedly here, only the next step's start is undone: the
+    predecessor's outcome and its body's writes still commit, and the next step is left
+    scheduled for an ordinary claim, whose phase 1 records the failure as it always does.
+    The hero is read first, before anything is written for the next step; guards that run
+    application code or a signal gate run in a savepoint. A step with neither pays for no
+    savepoint.
+    """
+    now = config.clock.now()
+    cls = type(workflow)
+    if (
+        cls.may_proceed_without_hero
+        and not cls._cancel_conditions
+        and step_def.skip_if is None
+        and not step_def.waits_for_signal
+    ):
+        return _guards_and_start(session, workflow, execution, options, config, now)
+    # The guards read the hero and may query: let them find the rows as a claim's phase 1
+    # would, with the predecessor's writes in place (the workflow's own in one UPDATE).
+    queries.write_through(session, workflow, {"updated_at": now})
+    session.flush()
+    # Not the hero the predecessor saw (it may have deleted it), but the row as it is now.
+    workflow.__dict__.pop("_gd_hero", None)
+    if not cls.may_proceed_without_hero:
+        try:
+            workflow.hero  # noqa: B018 — loads and caches it for the guard
+        except Exception as error:
+            _leave_scheduled(session, workflow, execution, step_def, error)
+            return None
+    if not cls._cancel_conditions and step_def.skip_if is None and not step_def.waits_for_signal:
+        return _guards_and_start(session, workflow, execution, options, config, now)
+    try:
+        with session.begin_nested():
+            return _guards_and_start(session, workflow, execution, options, config, now)
+    except Exception as error:
+        # Instances may hold values the savepoint's rollback took back from the rows.
+        session.expire(workflow)
+        session.expire(execution)
+        _leave_scheduled(session, workflow, execution, step_def, error)
+        return None
+
+
+def _leave_scheduled(
+    session: Session,
+    workflow: Workflow,
+    execution: StepExecution,
+    step_def: StepDefinition,
+    error: Exception,
+) -> None:
+    if queries.is_transient(error):
+        raise error  # the whole transaction is lost: _finalize hands the predecessor back
+    events.execution_logger(workflow, execution).warning(
+        "could not start step %r right after its predecessor (%s: %s); "
+        "leaving it scheduled for a worker to claim",
+        step_def.name,
+        type(error).__name__,
+        error,
+    )
+    enqueue_after_commit(session, EnqueuedStep.for_execution(workflow, execution))
 
 
 def _release_after_transient_error(

@@ -65,6 +65,30 @@ def lock_workflow(session: Session, workflow_id: int) -> Workflow | None:
     return workflow
 
 
+def lock_workflow_row(
+    session: Session, workflow_id: int
+) -> tuple[str, str | None, str | None, datetime | None] | None:
+    """``SELECT … FOR UPDATE`` the workflow row's navigation columns, without loading it.
+
+    (state, current_step_name, next_step_name, transitioned_at): what phase 3 compares with
+    the instance it already holds to know whether anyone changed the workflow meanwhile.
+    Re-entrant like :func:`lock_workflow`; the caller remembers the lock if it keeps going.
+    """
+    row = session.connection().execute(_lock_workflow_row_stmt(), {"id": workflow_id}).first()
+    return None if row is None else (row[0], row[1], row[2], row[3])
+
+
+@functools.cache
+def _lock_workflow_row_stmt() -> Any:
+    table = workflow_model().__table__
+    return (
+        select(table.c.state, table.c.current_step_name, table.c.next_step_name)
+        .add_columns(table.c.transitioned_at)
+        .where(table.c.id == bindparam("id"))
+        .with_for_update()
+    )
+
+
 _HELD = "geneva_drive_held_workflow_locks"
 
 
@@ -74,14 +98,25 @@ def _held_workflow_locks(session: Session) -> dict[int, Workflow | None] | None:
     Inside a savepoint we never trust the cache: rolling back to a savepoint releases the
     row locks taken after it, so a lock remembered there may be gone.
     """
+    entry = _held(session)
+    return None if entry is None else entry[0]
+
+
+def _held(
+    session: Session, *, create: bool = False
+) -> tuple[dict[int, Workflow | None], dict[int, StepExecution]] | None:
+    """(workflows, executions) locked and loaded in the current top-level transaction."""
     if session.in_nested_transaction():
         return None
     transaction = session.get_transaction()
-    entry = session.info.get(_HELD)
-    if transaction is None or entry is None or entry[0] is not transaction:
+    if transaction is None:
         return None
-    held: dict[int, Workflow | None] = entry[1]
-    return held
+    entry = session.info.get(_HELD)
+    if entry is None or entry[0] is not transaction:
+        if not create:
+            return None
+        entry = session.info[_HELD] = (transaction, {}, {})
+    return entry[1], entry[2]
 
 
 def remember_workflow_lock(
@@ -89,21 +124,18 @@ def remember_workflow_lock(
 ) -> None:
     """Note that this transaction holds ``workflow_id``'s row lock (and its loaded instance;
     the strong reference keeps it in the session's weak identity map)."""
-    if session.in_nested_transaction():
-        return
-    transaction = session.get_transaction()
-    if transaction is None:
-        return
-    entry = session.info.get(_HELD)
-    if entry is None or entry[0] is not transaction:
-        fresh: dict[int, Workflow | None] = {}
-        entry = session.info[_HELD] = (transaction, fresh)
-    if workflow is not None or workflow_id not in entry[1]:
-        entry[1][workflow_id] = workflow
+    held = _held(session, create=True)
+    if held is not None and (workflow is not None or workflow_id not in held[0]):
+        held[0][workflow_id] = workflow
 
 
 def lock_execution(session: Session, execution_id: int) -> StepExecution | None:
     """Lock one execution row (only after its workflow row — see the module docstring)."""
+    held = _held(session)
+    cached = held[1].get(execution_id) if held is not None else None
+    if cached is not None:
+        # Locked and loaded by this transaction's claim: as current as a re-read would be.
+        return cached
     stmt = (
         select(StepExecution)
         .where(StepExecution.id == execution_id)
@@ -113,6 +145,58 @@ def lock_execution(session: Session, execution_id: int) -> StepExecution | None:
     return session.execute(stmt).scalar_one_or_none()
 
 
+def write_through(
+    session: Session, instance: Any, values: dict[str, Any], *, if_state: str | None = None
+) -> bool:
+    """Write ``values`` and the instance's pending column changes in one Core ``UPDATE``.
+
+    The executor's own bookkeeping (states, stamps, leases) goes this way rather than through
+    the unit of work: a flush costs several times the statement it emits, and it would run
+    twice per step. The loaded instance is kept in step with ``set_committed_value`` (the ORM
+    then has nothing left to flush for it), so later code reads what the row now holds.
+    ``values`` are by attribute name. With ``if_state`` the row is written only while its
+    ``state`` still is that — the rowcount is the check; False means nothing was written and
+    the instance is untouched. The caller holds the workflow row lock.
+    """
+    mapper = sa_inspect(type(instance))
+    pending = sa_inspect(instance).committed_state
+    if pending:
+        columns = mapper.column_attrs
+        values = {
+            **{key: getattr(instance, key) for key in pending if key in columns},
+            **values,
+        }
+    keys = tuple(values)
+    stmt = _update_by_id(mapper, keys, if_state is not None)
+    params = {f"v_{key}": value for key, value in values.items()}
+    params["pk"] = instance.id
+    if if_state is not None:
+        params["if_state"] = if_state
+    result = session.connection().execute(stmt, params)
+    if if_state is not None and not getattr(result, "rowcount", 0):
+        return False
+    for key, value in values.items():
+        set_committed_value(instance, key, value)
+    state = sa_inspect(instance)
+    if state.modified and not state.committed_state:
+        # Every pending column change went out with this UPDATE, but the session still lists
+        # the instance as modified and would run an (empty, yet costly) flush for it. This
+        # is what a flush itself does to the instances it wrote.
+        state._commit_all(state.dict, session.identity_map)
+    return True
+
+
+@functools.lru_cache(maxsize=128)
+def _update_by_id(mapper: Any, keys: tuple[str, ...], guarded: bool) -> Any:
+    # Built once per shape: SQLAlchemy then reuses the compiled form from its cache.
+    table = mapper.local_table
+    stmt = update(table).where(table.c.id == bindparam("pk"))
+    if guarded:
+        stmt = stmt.where(table.c.state == bindparam("if_state"))
+    columns = mapper.column_attrs
+    return stmt.values({columns[key].columns[0]: bindparam(f"v_{key}") for key in keys})
+
+
 def get_execution(session: Session, execution_id: int) -> StepExecution | None:
     return session.get(StepExecution, execution_id)
 
@@ -120,21 +204,87 @@ def get_execution(session: Session, execution_id: int) -> StepExecution | None:
 def sweep_strays(session: Session, workflow_id: int, now: datetime) -> int:
     """Cancel scheduled/waiting executions before a new one is created (one active per workflow).
 
-    In-progress rows are never swept: their worker owns them until phase 3.
+    In-progress rows are never swept: their worker owns them until phase 3. A Core UPDATE
+    (the ORM's bulk path costs more than the statement, and nearly always nothing matches);
+    pending ORM changes are flushed first, as an autoflush would, and instances of swept rows
+    that this session holds are brought in line afterwards.
     """
-    result = session.execute(
-        update(StepExecution)
-        .where(StepExecution.workflow_id == workflow_id, StepExecution.state.in_(_SWEEPABLE))
-        .values(
-            state=ExecutionState.CANCELED,
-            outcome=Outcome.CANCELED,
-            canceled_at=now,
-            updated_at=now,
-        )
-        # "evaluate": apply the change to loaded instances in Python, without a round trip.
-        .execution_options(synchronize_session="evaluate")
+    session.flush()
+    values = {
+        "state": ExecutionState.CANCELED,
+        "outcome": Outcome.CANCELED,
+        "canceled_at": now,
+        "updated_at": now,
+    }
+    params = {"of_workflow": workflow_id, **{f"v_{key}": value for key, value in values.items()}}
+    result = session.connection().execute(_sweep_stmt(), params)
+    swept = int(getattr(result, "rowcount", 0) or 0)
+    if swept:
+        for instance in list(session.identity_map.values()):
+            if (
+                isinstance(instance, StepExecution)
+                and instance.workflow_id == workflow_id
+                and instance.state in _SWEEPABLE
+            ):
+                for key, value in values.items():
+                    set_committed_value(instance, key, value)
+    return swept
+
+
+_SWEPT_COLUMNS = ("state", "outcome", "canceled_at", "updated_at")
+
+
+@functools.cache
+def _sweep_stmt() -> Any:
+    table: Any = StepExecution.__table__
+    return (
+        update(table)
+        .where(table.c.workflow_id == bindparam("of_workflow"), table.c.state.in_(_SWEEPABLE))
+        .values({key: bindparam(f"v_{key}") for key in _SWEPT_COLUMNS})
     )
-    return int(getattr(result, "rowcount", 0) or 0)
+
+
+def insert_execution(session: Session, values: dict[str, Any]) -> StepExecution:
+    """INSERT one execution with Core and return it as a loaded, clean instance of the session.
+
+    ``values`` by attribute name; every other column is NULL or its default. Cheaper than
+    ``session.add()`` + flush, which is the one other flush a step would pay for.
+    """
+    mapper = sa_inspect(StepExecution)
+    row: dict[str, Any] = {attr.key: None for attr in mapper.column_attrs}
+    row.update(state=ExecutionState.SCHEDULED, queue="default", priority=0)
+    row.update(values)
+    now = row.get("created_at") or _clock_now()
+    row["created_at"] = row["updated_at"] = now
+    del row["id"]
+    result = session.connection().execute(_insert_stmt(), [row])
+    key = result.inserted_primary_key
+    assert key is not None  # an INSERT of one row always reports its key
+    row["id"] = int(key[0])
+    # An instance with every column set as loaded, made persistent without a flush: nothing
+    # is expired, so reading it never goes back to the database. (The constructor would
+    # record each value as a change to flush.)
+    execution: StepExecution = mapper.class_manager.new_instance()
+    for key, value in row.items():
+        set_committed_value(execution, key, value)
+    make_transient_to_detached(execution)
+    session.add(execution)
+    return execution
+
+
+@functools.cache
+def _insert_stmt() -> Any:
+    table: Any = StepExecution.__table__
+    columns = sa_inspect(StepExecution).column_attrs
+    return table.insert().values(
+        {attr.columns[0]: bindparam(attr.key) for attr in columns if attr.key != "id"}
+    )
+
+
+def _clock_now() -> datetime:
+    from .config import settings
+
+    return settings().clock.now()
 
 
 def current_execution(session: Session, workflow_id: int) -> StepExecution | None:
@@ -277,38 +427,77 @@ def _workflow_is_ready(wf: Any) -> Any:
 def claim_due_execution(
     session: Session, now: datetime, queues: Sequence[str] | None
 ) -> tuple[int, int] | None:
-    """Pick one due scheduled execution and lock its *workflow* row, skipping busy workflows.
+    """Pick one due scheduled execution and lock it and its workflow row, skipping busy ones.
 
-    ``FOR UPDATE OF workflows SKIP LOCKED`` takes the workflow lock first (the global lock
-    order) and lets concurrent workers pass over each other's rows instead of queueing behind
-    them. Lower ``priority`` runs first, then the earliest due. SQLite renders neither clause;
-    its ``BEGIN IMMEDIATE`` transaction is already the only writer.
+    ``FOR UPDATE OF … SKIP LOCKED`` (see :func:`_claim_locked`) lets concurrent workers pass
+    over each other's rows instead of queueing behind them. Lower ``priority`` runs first,
+    then the earliest due. SQLite renders neither clause; its ``BEGIN IMMEDIATE`` transaction
+    is already the only writer.
     """
+    mysql = _is_mysql(session)
+    params: dict[str, Any] = {"now": now}
+    if queues:
+        params["queues"] = list(queues)
+    stmt = _claim_stmt(by_id=False, queued=bool(queues), mysql=mysql)
+    if mysql:
+        # Candidates without locks, then their workflow rows one by one (see the helper).
+        candidates = session.execute(stmt, params).all()
+        return _mysql_lock_first_claimable(session, candidates, now, queues)
+    return _claim_locked(session, stmt, params)
+
+
+@functools.lru_cache(maxsize=8)
+def _claim_stmt(*, by_id: bool, queued: bool, mysql: bool) -> Any:
+    """The claim, built once per shape (its compiled form is then cached by SQLAlchemy)."""
     wf = workflow_model()
     stmt = (
         select(StepExecution.id, StepExecution.workflow_id)
         .join(wf, wf.id == StepExecution.workflow_id)
         .where(StepExecution.state == ExecutionState.SCHEDULED)
-        .where(StepExecution.scheduled_for <= now)
+        .where(StepExecution.scheduled_for <= bindparam("now"))
         # Only ready workflows: a paused one keeps its row for resume(), and claiming it
         # would be a no-op that a worker repeats forever.
         .where(_workflow_is_ready(wf))
-        .order_by(StepExecution.priority, StepExecution.scheduled_for)
     )
-    if queues:
-        stmt = stmt.where(StepExecution.queue.in_(queues))
-    if _is_mysql(session):
-        # Candidates without locks, then their workflow rows one by one (see the helper).
-        candidates = session.execute(stmt.limit(MYSQL_CLAIM_CANDIDATES)).all()
-        return _mysql_lock_first_claimable(session, candidates, now, queues)
-    # Load the workflow it locks too (populate_existing: the locked row is the latest
-    # version), so phase 1 need not select it again.
-    loading = stmt.add_columns(wf).execution_options(populate_existing=True)
-    row = session.execute(loading.limit(1).with_for_update(of=wf, skip_locked=True)).first()
+    if by_id:
+        stmt = stmt.where(StepExecution.id == bindparam("execution_id"))
+    else:
+        stmt = stmt.order_by(StepExecution.priority, StepExecution.scheduled_for)
+    if queued:
+        stmt = stmt.where(StepExecution.queue.in_(bindparam("queues", expanding=True)))
+    if mysql:
+        return stmt if by_id else stmt.limit(MYSQL_CLAIM_CANDIDATES)
+    if not by_id:
+        stmt = stmt.limit(1)
+    return (
+        stmt.add_columns(StepExecution, wf)
+        .with_for_update(of=(wf, StepExecution), skip_locked=True)
+        # The rows it locks are the latest versions: refresh instances already loaded.
+        .execution_options(populate_existing=True)
+    )
+
+
+def _claim_locked(session: Session, stmt: Any, params: dict[str, Any]) -> tuple[int, int] | None:
+    """Run a claim on PostgreSQL/SQLite, loading and locking the execution and its workflow.
+
+    ``FOR UPDATE OF workflows, executions SKIP LOCKED``: the workflow lock is the one that
+    serialises everything (see the module docstring); the execution lock is what makes the
+    loaded execution current. Under READ COMMITTED a row lock re-reads the latest version of
+    each *locked* row and re-checks the WHERE (PostgreSQL's EvalPlanQual), so a row another
+    worker finished between our snapshot and our lock is either seen finished or not
+    returned — without it, the execution would be as of the statement's snapshot, and phase
+    1 would have to select it again. SKIP LOCKED never waits, so taking the two locks in one
+    statement cannot deadlock against the workflow-first order of everyone else.
+    """
+    row = session.execute(stmt, params).first()
     if row is None:
         return None
-    remember_workflow_lock(session, row[1], row[2])
-    return (row[0], row[1])
+    execution, workflow = row[2], row[3]
+    remember_workflow_lock(session, workflow.id, workflow)
+    held = _held(session, create=True)
+    if held is not None:
+        held[1][execution.id] = execution
+    return (execution.id, workflow.id)
 
 
 # MySQL/MariaDB: how many due executions one claim considers before reporting nothing due.
@@ -366,41 +555,38 @@ def claim_execution(
 ) -> tuple[int, int] | None:
     """Claim one known execution the way :func:`claim_due_execution` claims any: eager continuation.
 
-    Same conditions and the same ``FOR UPDATE OF workflows SKIP LOCKED``, so a worker running
-    the step it just scheduled can never collide with another worker that saw the row too.
+    Same conditions and the same ``FOR UPDATE OF … SKIP LOCKED``, so a worker running the
+    step it just scheduled can never collide with another worker that saw the row too.
     """
-    wf = workflow_model()
-    stmt = (
-        select(StepExecution.id, StepExecution.workflow_id)
-        .join(wf, wf.id == StepExecution.workflow_id)
-        .where(StepExecution.id == execution_id)
-        .where(StepExecution.state == ExecutionState.SCHEDULED)
-        .where(StepExecution.scheduled_for <= now)
-        .where(_workflow_is_ready(wf))
-    )
+    mysql = _is_mysql(session)
+    params: dict[str, Any] = {"now": now, "execution_id": execution_id}
     if queues:
-        stmt = stmt.where(StepExecution.queue.in_(queues))
-    if _is_mysql(session):
+        params["queues"] = list(queues)
+    stmt = _claim_stmt(by_id=True, queued=bool(queues), mysql=mysql)
+    if mysql:
         # No FOR UPDATE OF on MariaDB: lock the workflow row alone (see the helper).
-        return _mysql_lock_first_claimable(session, session.execute(stmt).all(), now, queues)
-    row = session.execute(stmt.with_for_update(of=wf, skip_locked=True)).first()
-    if row is None:
-        return None
-    remember_workflow_lock(session, row[1])
-    return (row[0], row[1])
+        candidates = session.execute(stmt, params).all()
+        return _mysql_lock_first_claimable(session, candidates, now, queues)
+    return _claim_locked(session, stmt, params)
 
 
 def next_claimable_due_time(session: Session, queues: Sequence[str] | None) -> datetime | None:
     """When the next execution a worker could claim falls due (ready workflows only).
 
     Rows kept for a paused workflow's ``resume()`` are ignored: they are due in the past, and
-    an idle worker timing its sleep on them would spin.
+    an idle worker timing its sleep on them would spin. Written as "the first scheduled row
+    in due order whose workflow is ready" rather than ``MIN()`` over a join: the scheduled
+    rows' ``(state, scheduled_for)`` index is walked in order and each workflow found by
+    primary key, stopping at the first ready one, so the cost does not grow with the tables
+    (``MIN()`` let PostgreSQL hash-join every workflow at 1M rows).
     """
     wf = workflow_model()
     stmt = (
-        select(func.min(StepExecution.scheduled_for))
+        select(StepExecution.scheduled_for)
         .join(wf, wf.id == StepExecution.workflow_id)
         .where(StepExecution.state == ExecutionState.SCHEDULED, _workflow_is_ready(wf))
+        .order_by(StepExecution.scheduled_for)
+        .limit(1)
     )
     if queues:
         stmt = stmt.where(StepExecution.queue.in_(queues))

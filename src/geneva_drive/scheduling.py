@@ -18,7 +18,6 @@ from .config import settings
 from .models import StepExecution
 from .states import (
     STAMPED_WORKFLOW_STATES,
-    ExecutionState,
     WorkflowState,
     check_workflow_transition,
 )
@@ -48,32 +47,45 @@ def create_step_execution(
     continues_from: StepExecution | None = None,
     cursor: Any = None,
     signal_id: int | None = None,
+    sweep: bool = True,
+    start_here: bool = False,
 ) -> StepExecution:
-    """Sweep strays, insert a scheduled execution of ``step_def``, wake a worker after commit."""
+    """Sweep strays, insert a scheduled execution of ``step_def``, wake a worker after commit.
+
+    ``sweep=False``: the caller knows there is nothing to sweep (the executor's fast path:
+    see ``executor._complete``). ``start_here=True``: the caller starts the execution in this
+    same transaction (the worker's chaining), so no wake-up is sent, and the workflow's new
+    ``next_step_name`` is left pending for the start's own write of the row.
+    """
     now = settings().clock.now()
     queries.lock_workflow(session, workflow.id)
-    # Set before the sweep, whose autoflush then writes the workflow row once for everything.
-    workflow.next_step_name = step_def.name
-    queries.sweep_strays(session, workflow.id, now)
+    if start_here:
+        workflow.next_step_name = step_def.name
+    else:
+        # With whatever else the caller changed on the workflow: one UPDATE of its row,
+        # written first so that the sweep's flush finds nothing left to write for it.
+        queries.write_through(
+            session, workflow, {"next_step_name": step_def.name, "updated_at": now}
+        )
+    if sweep:
+        queries.sweep_strays(session, workflow.id, now)
     options = workflow.merged_job_options(step_def)
-    execution = StepExecution(
-        workflow_id=workflow.id,
-        step_name=step_def.name,
-        state=ExecutionState.SCHEDULED,
-        scheduled_for=now + wait if wait else now,
-        queue=options.get("queue") or "default",
-        priority=options.get("priority") or 0,
-        continues_from_id=continues_from.id if continues_from is not None else None,
-        cursor=cursor,
-        signal_id=signal_id,
-    )
-    session.add(execution)
-    workflow.next_step_name = step_def.name
-    session.flush()
-    enqueue_after_commit(
+    execution = queries.insert_execution(
         session,
-        EnqueuedStep.for_execution(workflow, execution, options),
+        {
+            "workflow_id": workflow.id,
+            "step_name": step_def.name,
+            "scheduled_for": now + wait if wait else now,
+            "queue": options.get("queue") or "default",
+            "priority": options.get("priority") or 0,
+            "continues_from_id": continues_from.id if continues_from is not None else None,
+            "cursor": cursor,
+            "signal_id": signal_id,
+            "created_at": now,
+        },
     )
+    if not start_here:
+        enqueue_after_commit(session, EnqueuedStep.for_execution(workflow, execution, options))
     return execution
 
 
