@@ -305,15 +305,7 @@ def _guards_and_start(
             return None
     # 9. Start: two Core UPDATEs under the locks phase 1 holds (see queries.write_through).
     check_step_transition(execution.state, ExecutionState.IN_PROGRESS)
-    started: dict[str, Any] = {
-        "state": ExecutionState.IN_PROGRESS,
-        "started_at": now,
-        "updated_at": now,
-    }
-    if options.worker_id is not None:
-        started["lease_owner"] = options.worker_id
-        started["lease_expires_at"] = now + (options.lease or timedelta(seconds=30))
-    queries.write_through(session, execution, started)
+    queries.write_through(session, execution, {**_started_columns(now, options), "updated_at": now})
     check_workflow_transition(workflow.state, WorkflowState.PERFORMING)
     performing: dict[str, Any] = {
         "state": WorkflowState.PERFORMING,
@@ -450,8 +442,10 @@ def _finalize(
         session.rollback()  # the body's writes must not land with a failure
     with events.instrument("finalize", payload):
         try:
-            if isinstance(result, Completed) and _unchanged_since_start(session, prepared):
-                return None, _complete(session, prepared, config, payload, options)
+            if isinstance(result, Completed):
+                completed, chained = _complete(session, prepared, config, payload, options)
+                if completed:
+                    return None, chained
             # Re-lock in the body's own transaction: its writes commit with the outcome.
             workflow = queries.lock_workflow(session, workflow_id)
             execution = queries.lock_execution(session, execution_id)
@@ -487,44 +481,66 @@ def _finalize(
     return error, None
 
 
-def _unchanged_since_start(session: Session, prepared: Prepared) -> bool:
-    """Lock the workflow row; True if nobody touched its state since phase 1 started the step.
-
-    The common case — a step completed, no operator paused, canceled or redirected the
-    workflow meanwhile — then needs neither a reload of the workflow nor of the execution (the
-    completion's own UPDATE checks the execution is still ours). Anything else, including a
-    body that left the workflow instance modified, takes the general path.
-    """
-    workflow = prepared.workflow
-    if session.is_modified(workflow, include_collections=False):
-        return False
-    row = queries.lock_workflow_row(session, workflow.id)
-    return row is not None and row == (
-        workflow.state,
-        workflow.current_step_name,
-        workflow.next_step_name,
-        workflow.transitioned_at,
-    )
-
-
 def _complete(
     session: Session,
     prepared: Prepared,
     config: Settings,
     payload: dict[str, Any],
     options: RunOptions,
-) -> Prepared | None:
-    """Phase 3 of a completed step on a workflow still as phase 1 left it (the fast path).
+) -> tuple[bool, Prepared | None]:
+    """Phase 3 of a completed step, when nobody touched the workflow since phase 1 (fast path).
 
-    Chaining: when the next step is due now and ``options.chain`` accepts its queue, its phase
-    1 runs right here, under the workflow lock this transaction already holds, and one commit
-    records this step's outcome and the next step's start. The caller then runs it without a
-    claim: one commit per step instead of two. Its guards (hero, cancel_if, skip_if, signal
-    gate) run exactly as a claim would run them, an instant earlier.
+    Returns (False, None) having written nothing when the workflow changed meanwhile — an
+    operator paused, canceled or redirected it, or the body modified it: the general path
+    then takes over. Otherwise (True, the next step if it was started here).
+
+    The first statement locks the workflow row *and* checks it is as phase 1 left it, by
+    writing the new navigation only on that condition; the completion then checks the
+    execution is still ours. No reload of either, and no stray sweep: nothing can be left to
+    sweep, as the one-active index allows no other scheduled row while ours was in progress,
+    and a parked row only ever exists as a workflow's one active execution (every other way
+    of creating an execution sweeps first).
+
+    Chaining: when the next step is due now and ``options.chain`` accepts its queue, its
+    phase 1 runs right here, under the lock this transaction holds, and one commit records
+    this step's outcome and the next one's start; the caller runs it without a claim. When
+    nothing can keep it from starting (no hero to check, no cancel_if, skip_if or signal
+    gate), it is inserted in progress at once.
     """
     workflow, execution = prepared.workflow, prepared.execution
-    queries.remember_workflow_lock(session, workflow.id, workflow)
+    if session.is_modified(workflow, include_collections=False):
+        return False, None
     now = config.clock.now()
+    following = type(workflow).steps.next_after(workflow.current_step_name)
+    chain = direct = False
+    navigation: dict[str, Any]
+    if following is None:
+        navigation = {
+            "state": WorkflowState.FINISHED,
+            "transitioned_at": now,
+            "current_step_name": None,
+            "next_step_name": None,
+        }
+    else:
+        queue = str(workflow.merged_job_options(following).get("queue") or "default")
+        chain = options.chain is not None and not following.wait_delta and options.chain(queue)
+        direct = chain and _nothing_to_check(workflow, following)
+        navigation = {
+            "state": WorkflowState.PERFORMING if direct else WorkflowState.READY,
+            "current_step_name": following.name if direct else None,
+            "next_step_name": following.name,
+        }
+    as_started = {
+        "state": workflow.state,
+        "current_step_name": workflow.current_step_name,
+        "next_step_name": workflow.next_step_name,
+        "transitioned_at": workflow.transitioned_at,
+    }
+    if not queries.write_through(
+        session, workflow, {**navigation, "updated_at": now}, expect=as_started
+    ):
+        return False, None
+    queries.remember_workflow_lock(session, workflow.id, workflow)
     check_step_transition(execution.state, ExecutionState.COMPLETED)
     done = {
         "state": ExecutionState.COMPLETED,
@@ -535,43 +551,63 @@ def _complete(
         "lease_expires_at": None,
         "updated_at": now,
     }
-    if not queries.write_through(session, execution, done, if_state=ExecutionState.IN_PROGRESS):
+    if not queries.write_through(
+        session, execution, done, expect={"state": ExecutionState.IN_PROGRESS}
+    ):
         # Someone took the row from us (lease recovery): our run is the duplicate.
         events.execution_logger(workflow, execution).warning(
             "execution is no longer in_progress; discarding this run's work"
         )
         session.rollback()
-        return None
+        return True, None
     signals.record_clean_resolution(session, execution)
-    following = type(workflow).steps.next_after(workflow.current_step_name)
     chained: Prepared | Aborted | None = None
-    if following is None:
-        scheduling.finish_workflow(workflow)
-        queries.write_through(session, workflow, {"updated_at": now})
-    else:
-        scheduling.transition(workflow, WorkflowState.READY, current_step_name=None)
-        queue = str(workflow.merged_job_options(following).get("queue") or "default")
-        chain = (
-            options.chain is not None and not following.wait_delta and options.chain(queue)
+    if following is not None:
+        started = _started_columns(now, options) if direct else None
+        created, job_options = scheduling.insert_execution_of(
+            session, workflow, following, now=now, wait=following.wait_delta, started=started
         )
-        # No stray sweep: nothing can be left to sweep here. The unique index allows no other
-        # scheduled row while ours was in progress, and a waiting (parked) row only ever
-        # exists as a workflow's one active execution — every other way of creating an
-        # execution sweeps it first. (Verified, not assumed: the row is ours, unchanged.)
-        created = scheduling.create_step_execution(
-            session,
-            workflow,
-            following,
-            wait=following.wait_delta,
-            sweep=False,
-            start_here=chain,
-        )
-        if chain:
+        if direct:
+            chained = _started_directly(workflow, created, following)
+        elif chain:
             chained = _start_chained(session, workflow, created, following, options, config)
+        else:
+            wake = EnqueuedStep.for_execution(workflow, created, job_options)
+            enqueue_after_commit(session, wake)
     payload["workflow_state"] = workflow.state
     payload["step_state"] = execution.state
     session.commit()
-    return chained if isinstance(chained, Prepared) else None
+    return True, chained if isinstance(chained, Prepared) else None
+
+
+def _nothing_to_check(workflow: Workflow, step_def: StepDefinition) -> bool:
+    """Whether phase 1 of ``step_def`` is certain to start it: no guard could decide otherwise."""
+    cls = type(workflow)
+    return (
+        cls.may_proceed_without_hero
+        and not cls._cancel_conditions
+        and step_def.skip_if is None
+        and not step_def.waits_for_signal
+    )
+
+
+def _started_columns(now: datetime, options: RunOptions) -> dict[str, Any]:
+    """An execution's columns as phase 1 leaves them when it starts the step."""
+    columns: dict[str, Any] = {"state": ExecutionState.IN_PROGRESS, "started_at": now}
+    if options.worker_id is not None:
+        columns["lease_owner"] = options.worker_id
+        columns["lease_expires_at"] = now + (options.lease or timedelta(seconds=30))
+    return columns
+
+
+def _started_directly(
+    workflow: Workflow, execution: StepExecution, step_def: StepDefinition
+) -> Prepared:
+    # Phase 1's event for a step whose preconditions had nothing to say.
+    payload = events.execution_payload(workflow, execution)
+    with events.instrument("precondition", payload):
+        payload["outcome"] = "passed"
+    return Prepared(workflow, execution, step_def, None)
 
 
 def _start_chained(
@@ -587,22 +623,13 @@ def _start_chained(
     Should anything fail unexpectedly here, only the next step's start is undone: the
     predecessor's outcome and its body's writes still commit, and the next step is left
     scheduled for an ordinary claim, whose phase 1 records the failure as it always does.
-    The hero is read first, before anything is written for the next step; guards that run
-    application code or a signal gate run in a savepoint. A step with neither pays for no
-    savepoint.
+    The hero is read before anything is written for the next step; guards that run
+    application code or a signal gate run in a savepoint.
     """
     now = config.clock.now()
     cls = type(workflow)
-    if (
-        cls.may_proceed_without_hero
-        and not cls._cancel_conditions
-        and step_def.skip_if is None
-        and not step_def.waits_for_signal
-    ):
-        return _guards_and_start(session, workflow, execution, options, config, now)
     # The guards read the hero and may query: let them find the rows as a claim's phase 1
-    # would, with the predecessor's writes in place (the workflow's own in one UPDATE).
-    queries.write_through(session, workflow, {"updated_at": now})
+    # would, with the predecessor's writes in place.
     session.flush()
     # Not the hero the predecessor saw (it may have deleted it), but the row as it is now.
     workflow.__dict__.pop("_gd_hero", None)

@@ -65,30 +65,6 @@ def lock_workflow(session: Session, workflow_id: int) -> Workflow | None:
     return workflow
 
 
-def lock_workflow_row(
-    session: Session, workflow_id: int
-) -> tuple[str, str | None, str | None, datetime | None] | None:
-    """``SELECT … FOR UPDATE`` the workflow row's navigation columns, without loading it.
-
-    (state, current_step_name, next_step_name, transitioned_at): what phase 3 compares with
-    the instance it already holds to know whether anyone changed the workflow meanwhile.
-    Re-entrant like :func:`lock_workflow`; the caller remembers the lock if it keeps going.
-    """
-    row = session.connection().execute(_lock_workflow_row_stmt(), {"id": workflow_id}).first()
-    return None if row is None else (row[0], row[1], row[2], row[3])
-
-
-@functools.cache
-def _lock_workflow_row_stmt() -> Any:
-    table = workflow_model().__table__
-    return (
-        select(table.c.state, table.c.current_step_name, table.c.next_step_name)
-        .add_columns(table.c.transitioned_at)
-        .where(table.c.id == bindparam("id"))
-        .with_for_update()
-    )
-
-
 _HELD = "geneva_drive_held_workflow_locks"
 
 
@@ -146,7 +122,11 @@ def lock_execution(session: Session, execution_id: int) -> StepExecution | None:
 
 
 def write_through(
-    session: Session, instance: Any, values: dict[str, Any], *, if_state: str | None = None
+    session: Session,
+    instance: Any,
+    values: dict[str, Any],
+    *,
+    expect: dict[str, Any] | None = None,
 ) -> bool:
     """Write ``values`` and the instance's pending column changes in one Core ``UPDATE``.
 
@@ -154,9 +134,13 @@ def write_through(
     the unit of work: a flush costs several times the statement it emits, and it would run
     twice per step. The loaded instance is kept in step with ``set_committed_value`` (the ORM
     then has nothing left to flush for it), so later code reads what the row now holds.
-    ``values`` are by attribute name. With ``if_state`` the row is written only while its
-    ``state`` still is that — the rowcount is the check; False means nothing was written and
-    the instance is untouched. The caller holds the workflow row lock.
+    ``values`` are by attribute name.
+
+    ``expect``: write only while these columns still hold these values (NULL-safe); the
+    rowcount is the check. False means nothing was written and the instance is untouched.
+    On PostgreSQL and MySQL/MariaDB the UPDATE takes the row lock, waiting for a holder and
+    re-checking the condition on the row it then finds. Without ``expect`` the caller
+    already holds the workflow row lock.
     """
     mapper = sa_inspect(type(instance))
     pending = sa_inspect(instance).committed_state
@@ -166,18 +150,21 @@ def write_through(
             **{key: getattr(instance, key) for key in pending if key in columns},
             **values,
         }
-    keys = tuple(values)
-    stmt = _update_by_id(mapper, keys, if_state is not None)
+    stmt = _update_by_id(mapper, tuple(values), tuple(expect or ()))
     params = {f"v_{key}": value for key, value in values.items()}
     params["pk"] = instance.id
-    if if_state is not None:
-        params["if_state"] = if_state
+    if expect:
+        params.update({f"e_{key}": value for key, value in expect.items()})
     result = session.connection().execute(stmt, params)
-    if if_state is not None and not getattr(result, "rowcount", 0):
+    if expect and not getattr(result, "rowcount", 0):
         return False
+    state = sa_inspect(instance)
+    if not state.modified and not state.expired_attributes:
+        # Nothing pending or expired: the loaded values are simply replaced, as a load does.
+        state.dict.update(values)
+        return True
     for key, value in values.items():
         set_committed_value(instance, key, value)
-    state = sa_inspect(instance)
     if state.modified and not state.committed_state:
         # Every pending column change went out with this UPDATE, but the session still lists
         # the instance as modified and would run an (empty, yet costly) flush for it. This
@@ -187,13 +174,13 @@ def write_through(
 
 
 @functools.lru_cache(maxsize=128)
-def _update_by_id(mapper: Any, keys: tuple[str, ...], guarded: bool) -> Any:
+def _update_by_id(mapper: Any, keys: tuple[str, ...], expected: tuple[str, ...]) -> Any:
     # Built once per shape: SQLAlchemy then reuses the compiled form from its cache.
     table = mapper.local_table
-    stmt = update(table).where(table.c.id == bindparam("pk"))
-    if guarded:
-        stmt = stmt.where(table.c.state == bindparam("if_state"))
     columns = mapper.column_attrs
+    stmt = update(table).where(table.c.id == bindparam("pk"))
+    for key in expected:
+        stmt = stmt.where(columns[key].columns[0].is_not_distinct_from(bindparam(f"e_{key}")))
     return stmt.values({columns[key].columns[0]: bindparam(f"v_{key}") for key in keys})
 
 
@@ -265,8 +252,7 @@ def insert_execution(session: Session, values: dict[str, Any]) -> StepExecution:
     # is expired, so reading it never goes back to the database. (The constructor would
     # record each value as a change to flush.)
     execution: StepExecution = mapper.class_manager.new_instance()
-    for key, value in row.items():
-        set_committed_value(execution, key, value)
+    sa_inspect(execution).dict.update(row)  # loaded values, as a SELECT would populate them
     make_transient_to_detached(execution)
     session.add(execution)
     return execution

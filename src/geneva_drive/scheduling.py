@@ -7,7 +7,7 @@ housekeeping alike. Wake-ups go to the backend after that transaction commits.
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.orm import Session
@@ -47,28 +47,45 @@ def create_step_execution(
     continues_from: StepExecution | None = None,
     cursor: Any = None,
     signal_id: int | None = None,
-    sweep: bool = True,
-    start_here: bool = False,
 ) -> StepExecution:
-    """Sweep strays, insert a scheduled execution of ``step_def``, wake a worker after commit.
-
-    ``sweep=False``: the caller knows there is nothing to sweep (the executor's fast path:
-    see ``executor._complete``). ``start_here=True``: the caller starts the execution in this
-    same transaction (the worker's chaining), so no wake-up is sent, and the workflow's new
-    ``next_step_name`` is left pending for the start's own write of the row.
-    """
+    """Sweep strays, insert a scheduled execution of ``step_def``, wake a worker after commit."""
     now = settings().clock.now()
     queries.lock_workflow(session, workflow.id)
-    if start_here:
-        workflow.next_step_name = step_def.name
-    else:
-        # With whatever else the caller changed on the workflow: one UPDATE of its row,
-        # written first so that the sweep's flush finds nothing left to write for it.
-        queries.write_through(
-            session, workflow, {"next_step_name": step_def.name, "updated_at": now}
-        )
-    if sweep:
-        queries.sweep_strays(session, workflow.id, now)
+    # With whatever else the caller changed on the workflow: one UPDATE of its row, written
+    # first so that the sweep's flush finds nothing left to write for it.
+    queries.write_through(session, workflow, {"next_step_name": step_def.name, "updated_at": now})
+    queries.sweep_strays(session, workflow.id, now)
+    execution, options = insert_execution_of(
+        session,
+        workflow,
+        step_def,
+        now=now,
+        wait=wait,
+        continues_from=continues_from,
+        cursor=cursor,
+        signal_id=signal_id,
+    )
+    enqueue_after_commit(session, EnqueuedStep.for_execution(workflow, execution, options))
+    return execution
+
+
+def insert_execution_of(
+    session: Session,
+    workflow: Workflow,
+    step_def: StepDefinition,
+    *,
+    now: datetime,
+    wait: timedelta | None = None,
+    continues_from: StepExecution | None = None,
+    cursor: Any = None,
+    signal_id: int | None = None,
+    started: dict[str, Any] | None = None,
+) -> tuple[StepExecution, dict[str, Any]]:
+    """INSERT an execution of ``step_def`` (no sweep, no wake-up); returns it and its job options.
+
+    ``started``: columns of an execution inserted already in progress (the executor's
+    chaining, when nothing can stop the step from starting).
+    """
     options = workflow.merged_job_options(step_def)
     execution = queries.insert_execution(
         session,
@@ -82,11 +99,10 @@ def create_step_execution(
             "cursor": cursor,
             "signal_id": signal_id,
             "created_at": now,
+            **(started or {}),
         },
     )
-    if not start_here:
-        enqueue_after_commit(session, EnqueuedStep.for_execution(workflow, execution, options))
-    return execution
+    return execution, options
 
 
 def finish_workflow(workflow: Workflow) -> None:
