@@ -438,6 +438,8 @@ def _finalize(
     """
     workflow_id, execution_id = prepared.workflow.id, prepared.execution.id
     payload = events.execution_payload(prepared.workflow, prepared.execution)
+    if not isinstance(result, Failed):
+        result = _save_body_writes(session, prepared, result, config)
     if isinstance(result, Failed):
         session.rollback()  # the body's writes must not land with a failure
     with events.instrument("finalize", payload):
@@ -479,6 +481,31 @@ def _finalize(
             raise
     prepared.workflow, prepared.execution = workflow, execution
     return error, None
+
+
+def _save_body_writes(
+    session: Session, prepared: Prepared, result: Result, config: Settings
+) -> Result:
+    """Flush what the body wrote; writes the database refuses make the step a failure.
+
+    A constraint the body's rows violate surfaces only when they are flushed. Left to the
+    commit, it would roll back the outcome too and leave the execution in progress under a
+    live lease; here it becomes the step's error, for the exception policies to decide like
+    any other. A transient error (deadlock, lock timeout) is the database's trouble: the
+    execution is handed back and runs again.
+    """
+    try:
+        session.flush()
+    except Exception as error:
+        session.rollback()
+        if queries.is_transient(error):
+            _release_after_transient_error(session, prepared.execution.id, error, config)
+            raise
+        events.execution_logger(prepared.workflow, prepared.execution).warning(
+            "the step's writes could not be saved: %s: %s", type(error).__name__, error
+        )
+        return Failed(error)
+    return result
 
 
 def _complete(

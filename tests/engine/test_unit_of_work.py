@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from geneva_drive import Workflow, step
 from geneva_drive.testing import perform_next_step
-from tests.engine._support import history, reload
+from tests.engine._support import executions, history, reload
 from tests.support.app import AuditEntry, Order
 
 
@@ -59,6 +59,13 @@ class UowSkips(Workflow):
     def first(self) -> None:
         self.session.add(AuditEntry(order_id=self.hero.id, note="before skip"))
         self.skip()
+
+
+class UowWritesRefused(Workflow):
+    @step(on_exception="reattempt", max_reattempts=1)
+    def first(self) -> None:
+        self.hero.status = "lost with the refused row"
+        self.session.add(AuditEntry(order_id=self.hero.id, note=None))  # NOT NULL: refused
 
 
 def _start(session, cls):
@@ -145,3 +152,20 @@ def test_a_step_that_skips_keeps_its_writes(session):
     perform_next_step(wf)
 
     assert _notes(session) == ["before skip"]
+
+
+def test_writes_the_database_refuses_fail_the_step_like_an_exception(session):
+    wf, order = _start(session, UowWritesRefused)
+
+    perform_next_step(wf)  # the policy reattempts once
+    perform_next_step(wf)  # then gives up: the workflow pauses
+
+    assert _notes(session) == []
+    assert _order(session, order).status == "new"
+    assert history(session, wf) == [
+        ("first", "completed", "reattempted"),
+        ("first", "failed", "failed"),
+    ]
+    assert reload(session, wf).state == "paused"
+    failed = executions(session, wf)[-1]
+    assert "IntegrityError" in (failed.error_class_name or "")
