@@ -5,7 +5,7 @@ row that is due now:
 
 - the worker thread that just finished a step takes the step it scheduled itself (eager
   continuation — see ``Worker``), and nothing else is woken for it;
-- idle workers in this process are woken through their ``threading.Event``;
+- an idle worker thread in this process is woken through its worker's ``Wakeup``;
 - on PostgreSQL, ``NOTIFY geneva_drive, '<queue>'`` wakes idle workers in other processes.
 """
 
@@ -15,6 +15,7 @@ import contextlib
 import threading
 from collections.abc import Callable, Iterator
 from datetime import timedelta
+from typing import Protocol
 
 from .base import EnqueuedStep
 
@@ -23,18 +24,24 @@ from .base import EnqueuedStep
 DUE_NOW_MARGIN = timedelta(seconds=1)
 
 
+class Wakeup(Protocol):
+    """What a worker subscribes: ``set()`` is called once per row made due (from any thread)."""
+
+    def set(self) -> None: ...
+
+
 class DatabaseBackend:
     """Nothing to send: wake-ups only. ``notify=False`` turns off PostgreSQL NOTIFY."""
 
     def __init__(self, *, notify: bool = True) -> None:
         self.notify = notify
-        self._wakeups: list[threading.Event] = []
+        self._wakeups: list[Wakeup] = []
         self._local = threading.local()
 
-    def subscribe(self, wakeup: threading.Event) -> None:
+    def subscribe(self, wakeup: Wakeup) -> None:
         self._wakeups.append(wakeup)
 
-    def unsubscribe(self, wakeup: threading.Event) -> None:
+    def unsubscribe(self, wakeup: Wakeup) -> None:
         if wakeup in self._wakeups:
             self._wakeups.remove(wakeup)
 
@@ -75,9 +82,10 @@ class DatabaseBackend:
         if step.scheduled_for > config.clock.now() + DUE_NOW_MARGIN:
             return  # idle workers already sleep until the next due time
         queue = str(step.job_options.get("queue") or "default")
-        with engine.connect() as connection:
+        # AUTOCOMMIT: the NOTIFY is its own transaction anyway; this saves the BEGIN and COMMIT
+        # round trips (the isolation level is put back when the connection returns to the pool).
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
             queries.notify_due(connection, queue)
-            connection.commit()
 
     def __repr__(self) -> str:
         return "DatabaseBackend()" if self.notify else "DatabaseBackend(notify=False)"

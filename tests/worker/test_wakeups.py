@@ -1,0 +1,227 @@
+"""Wake-ups reach one idle step thread at a time, and none is lost (worker.IdleThreads)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from geneva_drive import Workflow, step
+from geneva_drive.worker import IdleThreads, Worker
+
+DEADLINE = 60.0
+FOREVER = 600.0  # a sleep the tests never wait out: only a wake-up ends it in time
+
+
+class WakeupsOneStep(Workflow):
+    may_proceed_without_hero = True
+
+    @step
+    def only(self) -> None:
+        pass
+
+
+def _wait_until(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + DEADLINE
+    while not condition():
+        assert time.monotonic() < deadline, f"gave up waiting for {what}"
+        time.sleep(0.01)  # polling a condition with a deadline
+
+
+def _finished(gd: Any, workflow_id: int) -> Callable[[], bool]:
+    def check() -> bool:
+        with gd.session_factory()() as s:
+            return s.get(Workflow, workflow_id).state == "finished"
+
+    return check
+
+
+class _Sleepers:
+    """Threads sleeping in one IdleThreads; records who came back, in order."""
+
+    def __init__(self, idle: IdleThreads) -> None:
+        self.idle = idle
+        self.returned: list[str] = []
+        self.threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+
+    def start(self, name: str, due: datetime | None = None) -> None:
+        before = self.idle.idle
+
+        def sleep() -> None:
+            self.idle.sleep(FOREVER, due)
+            with self._lock:
+                self.returned.append(name)
+
+        thread = threading.Thread(target=sleep, name=name, daemon=True)
+        thread.start()
+        self.threads.append(thread)
+        # One at a time, so the order they went idle in is known.
+        _wait_until(lambda: self.idle.idle == before + 1, f"{name} to go idle")
+
+    def wait_returned(self, count: int) -> list[str]:
+        _wait_until(lambda: len(self.returned) >= count, f"{count} thread(s) to wake")
+        with self._lock:
+            return list(self.returned)
+
+    def close(self) -> None:
+        self.idle.close()
+        for thread in self.threads:
+            thread.join(DEADLINE)
+
+
+# -- IdleThreads on its own ------------------------------------------------------------------
+
+
+def test_one_wakeup_wakes_one_idle_thread_the_most_recently_idle():
+    sleepers = _Sleepers(IdleThreads(3))
+    try:
+        for name in ("a", "b", "c"):
+            sleepers.start(name)
+
+        sleepers.idle.set()
+
+        assert sleepers.wait_returned(1) == ["c"]
+        assert sleepers.idle.idle == 2  # the others sleep on: one wake-up, one claim
+        sleepers.idle.set()
+        assert sleepers.wait_returned(2) == ["c", "b"]
+    finally:
+        sleepers.close()
+    assert sorted(sleepers.returned) == ["a", "b", "c"]  # close() wakes everyone
+
+
+def test_a_wakeup_with_no_thread_idle_makes_the_next_one_claim_instead_of_sleeping():
+    idle = IdleThreads(2)
+    idle.set()  # every thread busy (claiming, or between its empty claim and its sleep)
+
+    assert idle.sleep(FOREVER, None) is True  # returns at once: look again
+    assert idle.take_missed() is False  # counted once
+
+
+def test_missed_wakeups_are_capped_at_one_per_thread():
+    idle = IdleThreads(2)
+    for _ in range(5):
+        idle.set()
+
+    assert [idle.take_missed() for _ in range(3)] == [True, True, False]
+
+
+def test_a_wakeup_spares_the_thread_timing_a_due_row_for_the_others():
+    due = datetime(2030, 1, 1, 12, 0)
+    sleepers = _Sleepers(IdleThreads(3))
+    try:
+        sleepers.start("timer", due)  # first to sleep until `due`: it wakes for that row
+        sleepers.start("second", due)  # same row: wakes a little after the timer
+        sleepers.start("poller")  # no due row known
+
+        sleepers.idle.set()
+        assert sleepers.wait_returned(1) == ["poller"]
+        sleepers.idle.set()
+        assert sleepers.wait_returned(2) == ["poller", "second"]
+        sleepers.idle.set()  # only the timer left: it goes
+        assert sleepers.wait_returned(3) == ["poller", "second", "timer"]
+    finally:
+        sleepers.close()
+
+
+def test_after_close_no_thread_sleeps():
+    idle = IdleThreads(1)
+    idle.close()
+
+    assert idle.sleep(FOREVER, None) is True
+    assert idle.take_missed() is True
+    idle.set()  # ignored once closed
+    assert idle.idle == 0
+
+
+# -- in the worker ---------------------------------------------------------------------------
+
+
+def _run(worker: Worker) -> threading.Thread:
+    thread = threading.Thread(target=worker.run, kwargs={"install_signals": False}, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_commit_wakes_one_of_the_idle_step_threads(gd, session):
+    # listen=False: the in-process wake-up only (on PostgreSQL the worker's own NOTIFY would
+    # wake a second thread, which is right for a row committed by another process).
+    worker = Worker(config=gd, concurrency=4, poll_interval=FOREVER, listen=False)
+    thread = _run(worker)
+    try:
+        _wait_until(lambda: worker._wakeup.idle == 4, "all four step threads to go idle")
+        before = worker.idle_waits
+
+        wf = WakeupsOneStep.create(session)
+        session.commit()
+
+        _wait_until(_finished(gd, wf.id), "the workflow to finish")
+        _wait_until(lambda: worker._wakeup.idle == 4, "the step threads to go idle again")
+        # One thread woke, ran the step, found nothing more and went back to sleep; the other
+        # three never woke (a shared Event woke all four: four claims for one row).
+        assert worker.idle_waits == before + 1
+        assert worker.steps_run == 1
+    finally:
+        worker.stop()
+        thread.join(DEADLINE)
+    assert not thread.is_alive()
+
+
+class _CommitsWhileGoingIdle(Worker):
+    """A worker whose only thread sees a row committed between its empty claim and its sleep.
+
+    The commit happens on another thread (an application's), during the idle-time query —
+    exactly the window in which a wake-up finds no thread asleep.
+    """
+
+    workflow_id: int | None = None
+
+    def _next_wake(self) -> tuple[float, datetime | None]:
+        if self.workflow_id is None:
+
+            def commit() -> None:
+                with Session(self.config.require_engine()) as app_session:
+                    wf = WakeupsOneStep.create(app_session)
+                    app_session.commit()
+                    self.workflow_id = wf.id
+
+            app = threading.Thread(target=commit)
+            app.start()
+            app.join(DEADLINE)
+        return super()._next_wake()
+
+
+def test_a_wakeup_between_an_empty_claim_and_the_sleep_is_not_lost(gd):
+    worker = _CommitsWhileGoingIdle(config=gd, concurrency=1, poll_interval=FOREVER, listen=False)
+    thread = _run(worker)
+    try:
+        _wait_until(lambda: worker.workflow_id is not None, "the application's commit")
+        workflow_id = worker.workflow_id
+        assert workflow_id is not None
+        # Without the missed wake-up the thread would sleep the whole poll interval.
+        _wait_until(_finished(gd, workflow_id), "the committed workflow to run")
+        assert worker.steps_run == 1
+    finally:
+        worker.stop()
+        thread.join(DEADLINE)
+    assert not thread.is_alive()
+
+
+# -- the worker process --------------------------------------------------------------------
+
+
+def test_freezing_startup_objects_exempts_them_from_full_collections():
+    import gc
+
+    from geneva_drive.worker import freeze_startup_objects
+
+    try:
+        freeze_startup_objects()
+        # Everything alive now (this test run's modules included) is out of gen-2's walk.
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
