@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import signal
 import subprocess
@@ -199,6 +200,24 @@ def step_gaps(rows: list[tuple]) -> list[float]:
         if prev[0] == nxt[0]:
             gaps.append(_seconds(nxt[3], prev[4]))
     return gaps
+
+
+def body_gaps(trace: list[Any]) -> list[float]:
+    """Next body start − previous body end within each workflow (seconds), from gd_app.TRACE."""
+    ordered = sorted(trace, key=lambda entry: (entry[0], entry[2]))
+    return [
+        nxt[2] - prev[3]
+        for prev, nxt in itertools.pairwise(ordered)
+        if prev[0] == nxt[0]
+    ]
+
+
+def read_traces(prefix: str) -> list[Any]:
+    """The body traces the worker processes wrote at exit ("<prefix>.<pid>" files)."""
+    entries: list[Any] = []
+    for path in Path(prefix).parent.glob(Path(prefix).name + ".*"):
+        entries.extend(json.loads(line) for line in path.read_text().splitlines() if line)
+    return entries
 
 
 def first_step_latency(rows: list[tuple], started: float) -> list[float]:

@@ -6,7 +6,13 @@ imports as ``gd_app`` there and in the scripts beside it.
 
 from __future__ import annotations
 
+import atexit
+import json
+import os
+import time
+from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
 from sqlalchemy import BigInteger, String, select
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -18,10 +24,33 @@ WAIT_SECONDS = 0.2
 RESUMABLE_BATCH = 1000
 
 
+# Body-level trace, for the step gap as a user sees it: the time from one step's body
+# returning to the next step's body starting (database stamps cannot show it once a next step
+# is started in the transaction that completes its predecessor). With GD_BENCH_TRACE set, each
+# process appends (workflow id, step, body start, body end) in epoch seconds and writes them,
+# one JSON list per line, to "$GD_BENCH_TRACE.<pid>" when it exits.
+TRACE: list[tuple[int, str, float, float]] = []
+_TRACE_PATH = os.environ.get("GD_BENCH_TRACE")
+if _TRACE_PATH:
+
+    def _write_trace() -> None:
+        with open(f"{_TRACE_PATH}.{os.getpid()}", "w") as out:
+            out.writelines(json.dumps(entry) + "\n" for entry in TRACE)
+
+    atexit.register(_write_trace)
+
+
 class BenchThreeSteps(Workflow):
     """Three no-op steps: the throughput and step-gap workload (same as the peers')."""
 
     may_proceed_without_hero = True
+
+    def around_step_execution(self, execution: Any, proceed: Callable[[], Any]) -> Any:
+        started = time.time()
+        try:
+            return proceed()
+        finally:
+            TRACE.append((self.id, execution.step_name, started, time.time()))
 
     @step
     def one(self) -> None:
