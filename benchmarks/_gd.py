@@ -205,11 +205,7 @@ def step_gaps(rows: list[tuple]) -> list[float]:
 def body_gaps(trace: list[Any]) -> list[float]:
     """Next body start − previous body end within each workflow (seconds), from gd_app.TRACE."""
     ordered = sorted(trace, key=lambda entry: (entry[0], entry[2]))
-    return [
-        nxt[2] - prev[3]
-        for prev, nxt in itertools.pairwise(ordered)
-        if prev[0] == nxt[0]
-    ]
+    return [nxt[2] - prev[3] for prev, nxt in itertools.pairwise(ordered) if prev[0] == nxt[0]]
 
 
 def read_traces(prefix: str) -> list[Any]:

@@ -353,9 +353,7 @@ def cancel_conditions_hold(workflow: Workflow) -> bool:
 # -- phase 2 ---------------------------------------------------------------------------------
 
 
-def _perform(
-    session: Session, prepared: Prepared, options: RunOptions, config: Settings
-) -> Result:
+def _perform(session: Session, prepared: Prepared, options: RunOptions, config: Settings) -> Result:
     workflow, execution, step_def = prepared.workflow, prepared.execution, prepared.step_def
     payload = events.execution_payload(workflow, execution)
     workflow.__dict__["_gd_received_signal"] = prepared.signal

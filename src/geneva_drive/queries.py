@@ -420,13 +420,22 @@ def claim_due_execution(
     then the earliest due. SQLite renders neither clause; its ``BEGIN IMMEDIATE`` transaction
     is already the only writer.
     """
+    return _claim(session, now, queues)
+
+
+def _claim(
+    session: Session, now: datetime, queues: Sequence[str] | None, execution_id: int | None = None
+) -> tuple[int, int] | None:
     mysql = _is_mysql(session)
     params: dict[str, Any] = {"now": now}
+    if execution_id is not None:
+        params["execution_id"] = execution_id
     if queues:
         params["queues"] = list(queues)
-    stmt = _claim_stmt(by_id=False, queued=bool(queues), mysql=mysql)
+    stmt = _claim_stmt(by_id=execution_id is not None, queued=bool(queues), mysql=mysql)
     if mysql:
-        # Candidates without locks, then their workflow rows one by one (see the helper).
+        # No FOR UPDATE OF on MariaDB: candidates without locks, then their workflow rows one
+        # by one (see the helper).
         candidates = session.execute(stmt, params).all()
         return _mysql_lock_first_claimable(session, candidates, now, queues)
     return _claim_locked(session, stmt, params)
@@ -544,16 +553,7 @@ def claim_execution(
     Same conditions and the same ``FOR UPDATE OF … SKIP LOCKED``, so a worker running the
     step it just scheduled can never collide with another worker that saw the row too.
     """
-    mysql = _is_mysql(session)
-    params: dict[str, Any] = {"now": now, "execution_id": execution_id}
-    if queues:
-        params["queues"] = list(queues)
-    stmt = _claim_stmt(by_id=True, queued=bool(queues), mysql=mysql)
-    if mysql:
-        # No FOR UPDATE OF on MariaDB: lock the workflow row alone (see the helper).
-        candidates = session.execute(stmt, params).all()
-        return _mysql_lock_first_claimable(session, candidates, now, queues)
-    return _claim_locked(session, stmt, params)
+    return _claim(session, now, queues, execution_id)
 
 
 def next_claimable_due_time(session: Session, queues: Sequence[str] | None) -> datetime | None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -59,3 +61,24 @@ def state_of(session: Session, workflow: Workflow) -> Any:
     session.expire_all()
     session.refresh(workflow)
     return workflow.state
+
+
+DEADLINE = 60.0
+
+
+def wait_until_true(condition: Callable[[], bool], what: str) -> None:
+    """Poll ``condition`` until it holds; fail naming ``what`` after ``DEADLINE`` seconds."""
+    deadline = time.monotonic() + DEADLINE
+    while not condition():
+        assert time.monotonic() < deadline, f"gave up waiting for {what}"
+        time.sleep(0.01)  # polling a condition with a deadline
+
+
+def finished(gd: Any, workflow_id: int) -> Callable[[], bool]:
+    """A check, in a fresh session of ``gd``, that the workflow has finished."""
+
+    def check() -> bool:
+        with gd.session_factory()() as s:
+            return bool(s.get(Workflow, workflow_id).state == "finished")
+
+    return check

@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable
 from datetime import datetime
-from typing import Any
 
 from sqlalchemy.orm import Session
 
 from geneva_drive import Workflow, step
 from geneva_drive.worker import IdleThreads, Worker
+from tests.worker._support import DEADLINE, finished, wait_until_true
 
-DEADLINE = 60.0
 FOREVER = 600.0  # a sleep the tests never wait out: only a wake-up ends it in time
 
 
@@ -23,21 +20,6 @@ class WakeupsOneStep(Workflow):
     @step
     def only(self) -> None:
         pass
-
-
-def _wait_until(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + DEADLINE
-    while not condition():
-        assert time.monotonic() < deadline, f"gave up waiting for {what}"
-        time.sleep(0.01)  # polling a condition with a deadline
-
-
-def _finished(gd: Any, workflow_id: int) -> Callable[[], bool]:
-    def check() -> bool:
-        with gd.session_factory()() as s:
-            return s.get(Workflow, workflow_id).state == "finished"
-
-    return check
 
 
 class _Sleepers:
@@ -61,10 +43,10 @@ class _Sleepers:
         thread.start()
         self.threads.append(thread)
         # One at a time, so the order they went idle in is known.
-        _wait_until(lambda: self.idle.idle == before + 1, f"{name} to go idle")
+        wait_until_true(lambda: self.idle.idle == before + 1, f"{name} to go idle")
 
     def wait_returned(self, count: int) -> list[str]:
-        _wait_until(lambda: len(self.returned) >= count, f"{count} thread(s) to wake")
+        wait_until_true(lambda: len(self.returned) >= count, f"{count} thread(s) to wake")
         with self._lock:
             return list(self.returned)
 
@@ -153,14 +135,14 @@ def test_a_commit_wakes_one_of_the_idle_step_threads(gd, session):
     worker = Worker(config=gd, concurrency=4, poll_interval=FOREVER, listen=False)
     thread = _run(worker)
     try:
-        _wait_until(lambda: worker._wakeup.idle == 4, "all four step threads to go idle")
+        wait_until_true(lambda: worker._wakeup.idle == 4, "all four step threads to go idle")
         before = worker.idle_waits
 
         wf = WakeupsOneStep.create(session)
         session.commit()
 
-        _wait_until(_finished(gd, wf.id), "the workflow to finish")
-        _wait_until(lambda: worker._wakeup.idle == 4, "the step threads to go idle again")
+        wait_until_true(finished(gd, wf.id), "the workflow to finish")
+        wait_until_true(lambda: worker._wakeup.idle == 4, "the step threads to go idle again")
         # One thread woke, ran the step, found nothing more and went back to sleep; the other
         # three never woke (a shared Event woke all four: four claims for one row).
         assert worker.idle_waits == before + 1
@@ -199,11 +181,11 @@ def test_a_wakeup_between_an_empty_claim_and_the_sleep_is_not_lost(gd):
     worker = _CommitsWhileGoingIdle(config=gd, concurrency=1, poll_interval=FOREVER, listen=False)
     thread = _run(worker)
     try:
-        _wait_until(lambda: worker.workflow_id is not None, "the application's commit")
+        wait_until_true(lambda: worker.workflow_id is not None, "the application's commit")
         workflow_id = worker.workflow_id
         assert workflow_id is not None
         # Without the missed wake-up the thread would sleep the whole poll interval.
-        _wait_until(_finished(gd, workflow_id), "the committed workflow to run")
+        wait_until_true(finished(gd, workflow_id), "the committed workflow to run")
         assert worker.steps_run == 1
     finally:
         worker.stop()

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from sqlalchemy import func, select
 
@@ -14,10 +13,15 @@ from geneva_drive import DatabaseBackend, StepExecution, Workflow, step
 from geneva_drive.config import configured
 from geneva_drive.executor import claim_and_run
 from geneva_drive.worker import Worker
-from tests.worker._support import fresh_execution, state_of, trail
+from tests.worker._support import (
+    DEADLINE,
+    finished,
+    fresh_execution,
+    state_of,
+    trail,
+    wait_until_true,
+)
 from tests.worker.apps import WorkerScaleThreeSteps
-
-DEADLINE = 60.0
 
 
 class WorkerSecondStepElsewhere(Workflow):
@@ -59,27 +63,12 @@ class WorkerGatedStep(Workflow):
         pass
 
 
-def _wait_until(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + DEADLINE
-    while not condition():
-        assert time.monotonic() < deadline, f"gave up waiting for {what}"
-        time.sleep(0.01)  # polling a condition with a deadline
-
-
 def _run_in_thread(worker: Worker, until: Callable[[], bool] | None = None) -> threading.Thread:
     thread = threading.Thread(
         target=worker.run, kwargs={"until": until, "install_signals": False}, daemon=True
     )
     thread.start()
     return thread
-
-
-def _finished(gd: Any, workflow_id: int) -> Callable[[], bool]:
-    def check() -> bool:
-        with gd.session_factory()() as s:
-            return s.get(Workflow, workflow_id).state == "finished"
-
-    return check
 
 
 # -- eager continuation ----------------------------------------------------------------------
@@ -90,7 +79,7 @@ def test_a_step_due_now_runs_straight_away_on_the_same_worker_thread(gd, session
     session.commit()
     worker = Worker(config=gd, concurrency=1, poll_interval=0.05)
 
-    worker.run(until=_finished(gd, wf.id), install_signals=False)
+    worker.run(until=finished(gd, wf.id), install_signals=False)
 
     assert worker.steps_run == 3
     assert worker.steps_run_eagerly == 2  # `two` and `three` followed without a new claim
@@ -102,7 +91,7 @@ def test_without_eager_continuation_every_step_is_claimed_afresh(gd, session):
     session.commit()
     worker = Worker(config=gd, concurrency=1, poll_interval=0.05, eager=False)
 
-    worker.run(until=_finished(gd, wf.id), install_signals=False)
+    worker.run(until=finished(gd, wf.id), install_signals=False)
 
     assert (worker.steps_run, worker.steps_run_eagerly) == (3, 0)
 
@@ -200,15 +189,15 @@ def test_a_notify_wakes_an_idle_postgresql_worker_at_once(gd, session, db_backen
         return
     other_process_backend = DatabaseBackend()  # not the worker's: no in-process wake-up
     state: dict[str, int] = {}
-    thread = _run_in_thread(worker, until=lambda: "id" in state and _finished(gd, state["id"])())
+    thread = _run_in_thread(worker, until=lambda: "id" in state and finished(gd, state["id"])())
     try:
-        _wait_until(lambda: worker.listening, "the worker to LISTEN")
-        _wait_until(lambda: worker.idle_waits > 0, "the worker to go idle for ten minutes")
+        wait_until_true(lambda: worker.listening, "the worker to LISTEN")
+        wait_until_true(lambda: worker.idle_waits > 0, "the worker to go idle for ten minutes")
         with configured(backend=other_process_backend):
             wf = WorkerScaleThreeSteps.create(session)
             session.commit()
         state["id"] = wf.id
-        _wait_until(_finished(gd, wf.id), "the workflow to finish")
+        wait_until_true(finished(gd, wf.id), "the workflow to finish")
     finally:
         worker.stop()
         thread.join(DEADLINE)
@@ -264,7 +253,7 @@ def test_a_stopped_worker_leaves_no_execution_in_progress_and_no_lease(gd, sessi
     session.commit()
     worker = Worker(config=gd, concurrency=2 if gd.engine.dialect.name != "sqlite" else 1)
 
-    worker.run(until=_finished(gd, wf.id), install_signals=False)
+    worker.run(until=finished(gd, wf.id), install_signals=False)
 
     leased = session.execute(
         select(func.count())
