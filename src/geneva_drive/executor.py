@@ -547,7 +547,8 @@ def _complete(
             "next_step_name": None,
         }
     else:
-        queue = str(workflow.merged_job_options(following).get("queue") or "default")
+        job_options = workflow.merged_job_options(following)
+        queue = str(job_options.get("queue") or "default")
         chain = options.chain is not None and not following.wait_delta and options.chain(queue)
         direct = chain and _nothing_to_check(workflow, following)
         navigation = {
@@ -590,7 +591,13 @@ def _complete(
     if following is not None:
         started = _started_columns(now, options) if direct else None
         created, job_options = scheduling.insert_execution_of(
-            session, workflow, following, now=now, wait=following.wait_delta, started=started
+            session,
+            workflow,
+            following,
+            now=now,
+            wait=following.wait_delta,
+            started=started,
+            options=job_options,
         )
         if direct:
             chained = _started_directly(workflow, created, following)
@@ -607,10 +614,13 @@ def _complete(
 
 def _nothing_to_check(workflow: Workflow, step_def: StepDefinition) -> bool:
     """Whether phase 1 of ``step_def`` is certain to start it: no guard could decide otherwise."""
-    cls = type(workflow)
+    return type(workflow).may_proceed_without_hero and _no_preconditions(workflow, step_def)
+
+
+def _no_preconditions(workflow: Workflow, step_def: StepDefinition) -> bool:
+    """No cancel_if, skip_if or signal gate: nothing of the application's runs in phase 1."""
     return (
-        cls.may_proceed_without_hero
-        and not cls._cancel_conditions
+        not type(workflow)._cancel_conditions
         and step_def.skip_if is None
         and not step_def.waits_for_signal
     )
@@ -664,7 +674,7 @@ def _start_chained(
         except Exception as error:
             _leave_scheduled(session, workflow, execution, step_def, error)
             return None
-    if not cls._cancel_conditions and step_def.skip_if is None and not step_def.waits_for_signal:
+    if _no_preconditions(workflow, step_def):
         return _guards_and_start(session, workflow, execution, options, config, now)
     try:
         with session.begin_nested():

@@ -143,7 +143,8 @@ def write_through(
     already holds the workflow row lock.
     """
     mapper = sa_inspect(type(instance))
-    pending = sa_inspect(instance).committed_state
+    state = sa_inspect(instance)
+    pending = state.committed_state
     if pending:
         columns = mapper.column_attrs
         values = {
@@ -158,7 +159,6 @@ def write_through(
     result = session.connection().execute(stmt, params)
     if expect and not getattr(result, "rowcount", 0):
         return False
-    state = sa_inspect(instance)
     if not state.modified and not state.expired_attributes:
         # Nothing pending or expired: the loaded values are simply replaced, as a load does.
         state.dict.update(values)
@@ -234,15 +234,15 @@ def _sweep_stmt() -> Any:
 def insert_execution(session: Session, values: dict[str, Any]) -> StepExecution:
     """INSERT one execution with Core and return it as a loaded, clean instance of the session.
 
-    ``values`` by attribute name; every other column is NULL or its default. Cheaper than
-    ``session.add()`` + flush, which is the one other flush a step would pay for.
+    ``values`` by attribute name, ``created_at`` included (it is also the ``updated_at``);
+    every other column is NULL or its default. Cheaper than ``session.add()`` + flush, which
+    is the one other flush a step would pay for.
     """
     mapper = sa_inspect(StepExecution)
     row: dict[str, Any] = {attr.key: None for attr in mapper.column_attrs}
     row.update(state=ExecutionState.SCHEDULED, queue="default", priority=0)
     row.update(values)
-    now = row.get("created_at") or _clock_now()
-    row["created_at"] = row["updated_at"] = now
+    row["updated_at"] = row["created_at"]
     del row["id"]
     result = session.connection().execute(_insert_stmt(), [row])
     key = result.inserted_primary_key
@@ -265,12 +265,6 @@ def _insert_stmt() -> Any:
     return table.insert().values(
         {attr.columns[0]: bindparam(attr.key) for attr in columns if attr.key != "id"}
     )
-
-
-def _clock_now() -> datetime:
-    from .config import settings
-
-    return settings().clock.now()
 
 
 def current_execution(session: Session, workflow_id: int) -> StepExecution | None:

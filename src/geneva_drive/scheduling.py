@@ -80,13 +80,16 @@ def insert_execution_of(
     cursor: Any = None,
     signal_id: int | None = None,
     started: dict[str, Any] | None = None,
+    options: dict[str, Any] | None = None,
 ) -> tuple[StepExecution, dict[str, Any]]:
     """INSERT an execution of ``step_def`` (no sweep, no wake-up); returns it and its job options.
 
     ``started``: columns of an execution inserted already in progress (the executor's
-    chaining, when nothing can stop the step from starting).
+    chaining, when nothing can stop the step from starting). ``options``: the step's merged
+    job options, when the caller has them already.
     """
-    options = workflow.merged_job_options(step_def)
+    if options is None:
+        options = workflow.merged_job_options(step_def)
     execution = queries.insert_execution(
         session,
         {
