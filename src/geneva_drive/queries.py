@@ -18,6 +18,7 @@ from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.orm import Session, make_transient_to_detached
 from sqlalchemy.orm.attributes import set_committed_value
 
+from . import direct
 from .models import Signal, StepExecution
 from .states import (
     ONGOING_WORKFLOW_STATES,
@@ -156,8 +157,8 @@ def write_through(
     params["pk"] = instance.id
     if expect:
         params.update({f"e_{key}": value for key, value in expect.items()})
-    result = session.connection().execute(stmt, params)
-    if expect and not getattr(result, "rowcount", 0):
+    written = direct.execute(session.connection(), stmt, params)
+    if expect and not written:
         return False
     if not state.modified and not state.expired_attributes:
         # Nothing pending or expired: the loaded values are simply replaced, as a load does.
@@ -244,10 +245,13 @@ def insert_execution(session: Session, values: dict[str, Any]) -> StepExecution:
     row.update(values)
     row["updated_at"] = row["created_at"]
     del row["id"]
-    result = session.connection().execute(_insert_stmt(), [row])
-    key = result.inserted_primary_key
-    assert key is not None  # an INSERT of one row always reports its key
-    row["id"] = int(key[0])
+    connection = session.connection()
+    if connection.dialect.insert_returning:
+        row["id"] = int(direct.execute(connection, _insert_stmt(returning=True), row)[0])
+    else:  # e.g. SQLite before 3.35: the driver's lastrowid, through SQLAlchemy
+        key = connection.execute(_insert_stmt(returning=False), [row]).inserted_primary_key
+        assert key is not None  # an INSERT of one row always reports its key
+        row["id"] = int(key[0])
     # An instance with every column set as loaded, made persistent without a flush: nothing
     # is expired, so reading it never goes back to the database. (The constructor would
     # record each value as a change to flush.)
@@ -259,12 +263,13 @@ def insert_execution(session: Session, values: dict[str, Any]) -> StepExecution:
 
 
 @functools.cache
-def _insert_stmt() -> Any:
+def _insert_stmt(*, returning: bool) -> Any:
     table: Any = StepExecution.__table__
     columns = sa_inspect(StepExecution).column_attrs
-    return table.insert().values(
+    stmt = table.insert().values(
         {attr.columns[0]: bindparam(attr.key) for attr in columns if attr.key != "id"}
     )
+    return stmt.returning(table.c.id) if returning else stmt
 
 
 def current_execution(session: Session, workflow_id: int) -> StepExecution | None:

@@ -1,0 +1,206 @@
+"""The executor's hot statements run on the DBAPI cursor, and nothing a user relies on changes.
+
+Unobserved, they skip SQLAlchemy's execution layer (``geneva_drive.direct``); observed — SQL
+logging, cursor events — they go through it, so every statement is still seen. Either way
+they write the same values and raise SQLAlchemy's own errors.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from sqlalchemy import event, text, update
+from sqlalchemy import inspect as sa_inspect
+from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy.orm import Session
+
+from geneva_drive import StepExecution, Workflow, direct, queries, step
+from geneva_drive.states import ExecutionState
+from geneva_drive.testing import perform_next_step
+from tests.engine._support import executions
+
+
+class DirectTwoSteps(Workflow):
+    may_proceed_without_hero = True
+
+    @step
+    def first(self) -> None:
+        pass
+
+    @step
+    def second(self) -> None:
+        pass
+
+
+def _direct_runs() -> int:
+    """How often a statement was looked up for the direct path (only unobserved ones are)."""
+    info = direct._plan.cache_info()
+    return info.hits + info.misses
+
+
+def _update_shape(*keys: str, expected: tuple[str, ...] = ()) -> Any:
+    return queries._update_by_id(sa_inspect(StepExecution), keys, expected)
+
+
+@contextmanager
+def _statements_seen(engine: Any) -> Iterator[list[str]]:
+    seen: list[str] = []
+
+    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        seen.append(statement.split()[0].upper())
+
+    event.listen(engine, "before_cursor_execute", record)
+    try:
+        yield seen
+    finally:
+        event.remove(engine, "before_cursor_execute", record)
+
+
+def test_an_unobserved_step_writes_through_the_dbapi_cursor(gd, session):
+    wf = DirectTwoSteps.create(session)
+    session.commit()
+    before = _direct_runs()
+
+    perform_next_step(wf)
+
+    # Start (execution, workflow), completion (workflow, execution), next step's INSERT.
+    assert _direct_runs() - before >= 5
+    dialect = gd.engine.dialect
+    completion = _update_shape(
+        "state",
+        "outcome",
+        "completed_at",
+        "finished_at",
+        "lease_owner",
+        "lease_expires_at",
+        "updated_at",
+        expected=("state",),
+    )
+    assert direct._plan(completion, dialect) is not None
+    assert [(e.step_name, e.state) for e in executions(session, wf)] == [
+        ("first", "completed"),
+        ("second", "scheduled"),
+    ]
+
+
+def test_cursor_listeners_see_every_statement_of_a_step(gd, session):
+    wf = DirectTwoSteps.create(session)
+    session.commit()
+    before = _direct_runs()
+
+    with _statements_seen(gd.engine) as seen:
+        perform_next_step(wf)
+
+    assert _direct_runs() == before  # nothing bypassed the listener
+    assert seen.count("UPDATE") >= 4
+    assert seen.count("INSERT") == 1
+
+
+def test_sql_logging_sees_every_statement_of_a_step(gd, session, caplog):
+    wf = DirectTwoSteps.create(session)
+    session.commit()
+    before = _direct_runs()
+
+    with caplog.at_level(logging.INFO, logger="sqlalchemy.engine"):
+        perform_next_step(wf)
+
+    assert _direct_runs() == before
+    logged = [r.getMessage().split()[0].upper() for r in caplog.records if r.getMessage()]
+    assert logged.count("UPDATE") >= 4
+    assert "INSERT" in logged
+
+
+def test_direct_writes_store_what_sqlalchemy_stores(gd, session, clock):
+    """Bind processors are applied by hand: a timestamp the executor writes directly
+    (``started_at``) is stored exactly like one the ORM writes (``created_at``)."""
+    wf = DirectTwoSteps.create(session)
+    session.commit()
+    before = _direct_runs()
+    perform_next_step(wf)
+    assert _direct_runs() > before
+
+    raw = session.execute(
+        text(
+            "SELECT created_at, started_at, state FROM geneva_drive_step_executions "
+            "WHERE workflow_id = :id AND step_name = 'first'"
+        ),
+        {"id": wf.id},
+    ).one()
+    assert type(raw.started_at) is type(raw.created_at)
+    assert raw.started_at == raw.created_at  # the frozen clock did not move
+    assert raw.state == "completed"  # the enum went in as its value
+    first = executions(session, wf)[0]
+    assert first.started_at == first.created_at == clock.now()
+
+
+def test_a_constraint_violation_is_raised_as_sqlalchemys_integrity_error(gd, session, clock):
+    wf = DirectTwoSteps.create(session)  # its first execution is scheduled: the one active
+    session.commit()
+    before = _direct_runs()
+
+    if gd.engine.dialect.insert_returning:
+        assert direct._plan(queries._insert_stmt(returning=True), gd.engine.dialect) is not None
+    with pytest.raises(IntegrityError) as raised:
+        queries.insert_execution(
+            session,
+            {
+                "workflow_id": wf.id,
+                "step_name": "second",
+                "scheduled_for": clock.now(),
+                "created_at": clock.now(),
+            },
+        )
+    assert _direct_runs() > before
+    assert not raised.value.connection_invalidated
+    assert not queries.is_transient(raised.value)
+    session.rollback()
+
+    # The database is unchanged and the session usable.
+    assert [(e.step_name, e.state) for e in executions(session, wf)] == [("first", "scheduled")]
+
+
+def test_a_lock_timeout_in_a_direct_statement_is_transient(gd, session, db_backend):
+    if db_backend == "sqlite":
+        pytest.skip("SQLite has no row locks: its lock wait happens at BEGIN IMMEDIATE")
+    wf = DirectTwoSteps.create(session)
+    session.commit()
+    execution = executions(session, wf)[0]
+
+    with Session(gd.engine) as holder, Session(gd.engine) as waiter:
+        holder.execute(
+            update(StepExecution).where(StepExecution.id == execution.id).values(priority=1)
+        )  # holds the row lock until rolled back
+        if db_backend == "postgresql":
+            waiter.execute(text("SET LOCAL lock_timeout = '50ms'"))
+        else:
+            waiter.execute(text("SET SESSION innodb_lock_wait_timeout = 1"))
+        mine = waiter.get(StepExecution, execution.id)
+        assert direct._plan(_update_shape("state", "updated_at"), gd.engine.dialect) is not None
+        with pytest.raises(OperationalError) as raised:
+            queries.write_through(
+                waiter, mine, {"state": ExecutionState.CANCELED, "updated_at": execution.created_at}
+            )
+        assert queries.is_transient(raised.value)
+        waiter.rollback()
+        holder.rollback()
+
+
+def test_statements_with_expanding_parameters_take_sqlalchemys_path(gd, session):
+    table: Any = StepExecution.__table__
+    stmt = (
+        update(table)
+        .where(table.c.state.in_([ExecutionState.WAITING, ExecutionState.SCHEDULED]))
+        .values(priority=7)
+    )
+    wf = DirectTwoSteps.create(session)
+    session.commit()
+
+    assert direct._plan(stmt, gd.engine.dialect) is None
+    assert direct._plan(_update_shape("state"), gd.engine.dialect) is None  # onupdate default
+    assert direct.execute(session.connection(), stmt, {}) == 1
+    session.commit()
+    assert executions(session, wf)[0].priority == 7
