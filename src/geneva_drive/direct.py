@@ -64,16 +64,34 @@ def execute(connection: Connection, stmt: Any, params: dict[str, Any]) -> Any:
         for name, value in params.items()
     }
     bound: Any = values if plan.positions is None else [values[name] for name in plan.positions]
-    dbapi_connection = connection.connection.dbapi_connection
-    assert dbapi_connection is not None  # a connection of a begun session transaction
-    cursor = dbapi_connection.cursor()
+    cursor = _cursor(connection)
     try:
         cursor.execute(plan.sql, bound)
-        return cursor.fetchone() if plan.returns_rows else cursor.rowcount
+        # fetchall: a RETURNING statement left unfinished would stay open in the driver.
+        return cursor.fetchall()[0] if plan.returns_rows else cursor.rowcount
     except connection.dialect.loaded_dbapi.Error as error:
         raise _wrapped(connection, plan.sql, bound, error, cursor) from error
-    finally:
-        cursor.close()
+
+
+_CURSOR = "geneva_drive_direct_cursor"
+
+
+def _cursor(connection: Connection) -> Any:
+    """One cursor per DBAPI connection, kept for its lifetime.
+
+    Not only to save creating one: psycopg caches the adapter it found for each parameter
+    type on the cursor, and looking adapters up afresh (through each type's MRO) was the
+    larger part of sending a statement. Used by one thread at a time, like its connection.
+    """
+    fairy = connection.connection
+    dbapi_connection = fairy.dbapi_connection
+    kept = fairy.info.get(_CURSOR)
+    if kept is not None and kept[0] is dbapi_connection:  # not a reconnected record
+        return kept[1]
+    assert dbapi_connection is not None  # the connection of a begun transaction
+    cursor = dbapi_connection.cursor()
+    fairy.info[_CURSOR] = (dbapi_connection, cursor)
+    return cursor
 
 
 def _unobserved(connection: Connection) -> bool:
