@@ -49,7 +49,7 @@ class _Plan(NamedTuple):
 
 
 def execute(connection: Connection, stmt: Any, params: dict[str, Any]) -> Any:
-    """Run the DML ``stmt`` with ``params``: its rowcount, or its first row with RETURNING.
+    """Run ``stmt`` with ``params``: its first row if it returns rows, else its rowcount.
 
     ``stmt`` must be built once and reused (its identity keys the compiled form), and
     ``params`` must give every parameter it binds, by the ``bindparam`` names.
@@ -124,7 +124,8 @@ def _plan(stmt: Any, dialect: Dialect) -> _Plan | None:
         if processor is not None:
             processors[name] = processor
     positions = tuple(compiled.positiontup) if compiled.positional else None
-    return _Plan(compiled.string, positions, processors, bool(compiled.effective_returning))
+    returns_rows = bool(stmt.is_select or compiled.effective_returning)
+    return _Plan(compiled.string, positions, processors, returns_rows)
 
 
 def _wrapped(connection: Connection, sql: str, params: Any, error: Any, cursor: Any) -> Exception:

@@ -562,11 +562,7 @@ def _complete(
         "next_step_name": workflow.next_step_name,
         "transitioned_at": workflow.transitioned_at,
     }
-    if not queries.write_through(
-        session, workflow, {**navigation, "updated_at": now}, expect=as_started
-    ):
-        return False, None
-    queries.remember_workflow_lock(session, workflow.id, workflow)
+    navigation["updated_at"] = now
     check_step_transition(execution.state, ExecutionState.COMPLETED)
     done = {
         "state": ExecutionState.COMPLETED,
@@ -577,9 +573,30 @@ def _complete(
         "lease_expires_at": None,
         "updated_at": now,
     }
-    if not queries.write_through(
-        session, execution, done, expect={"state": ExecutionState.IN_PROGRESS}
-    ):
+    created: StepExecution | None = None
+    if _one_statement(session, execution, following is None or direct):
+        new_row = None
+        if following is not None:
+            new_row = scheduling.execution_values(
+                workflow,
+                following,
+                now=now,
+                wait=following.wait_delta,
+                started=_started_columns(now, options),
+                options=job_options,
+            )
+        wrote_workflow, wrote_execution, created = queries.complete_in_one_statement(
+            session, workflow, navigation, as_started, execution, done, new_row
+        )
+    else:
+        wrote_workflow = queries.write_through(session, workflow, navigation, expect=as_started)
+        wrote_execution = wrote_workflow and queries.write_through(
+            session, execution, done, expect={"state": ExecutionState.IN_PROGRESS}
+        )
+    if not wrote_workflow:
+        return False, None
+    queries.remember_workflow_lock(session, workflow.id, workflow)
+    if not wrote_execution:
         # Someone took the row from us (lease recovery): our run is the duplicate.
         events.execution_logger(workflow, execution).warning(
             "execution is no longer in_progress; discarding this run's work"
@@ -589,16 +606,17 @@ def _complete(
     signals.record_clean_resolution(session, execution)
     chained: Prepared | Aborted | None = None
     if following is not None:
-        started = _started_columns(now, options) if direct else None
-        created, job_options = scheduling.insert_execution_of(
-            session,
-            workflow,
-            following,
-            now=now,
-            wait=following.wait_delta,
-            started=started,
-            options=job_options,
-        )
+        if created is None:
+            started = _started_columns(now, options) if direct else None
+            created, job_options = scheduling.insert_execution_of(
+                session,
+                workflow,
+                following,
+                now=now,
+                wait=following.wait_delta,
+                started=started,
+                options=job_options,
+            )
         if direct:
             chained = _started_directly(workflow, created, following)
         elif chain:
@@ -610,6 +628,20 @@ def _complete(
     payload["step_state"] = execution.state
     session.commit()
     return True, chained if isinstance(chained, Prepared) else None
+
+
+def _one_statement(session: Session, execution: StepExecution, inserts_started: bool) -> bool:
+    """Whether phase 3's writes can go as one statement (``queries.complete_in_one_statement``).
+
+    PostgreSQL only (data-modifying CTEs), for a finished workflow or a next step inserted
+    already started, an execution that settles no signal, and nothing pending on it.
+    """
+    return (
+        inserts_started
+        and execution.signal_id is None
+        and session.get_bind().dialect.name == "postgresql"
+        and not session.is_modified(execution, include_collections=False)
+    )
 
 
 def _nothing_to_check(workflow: Workflow, step_def: StepDefinition) -> bool:

@@ -90,22 +90,45 @@ def insert_execution_of(
     """
     if options is None:
         options = workflow.merged_job_options(step_def)
-    execution = queries.insert_execution(
-        session,
-        {
-            "workflow_id": workflow.id,
-            "step_name": step_def.name,
-            "scheduled_for": now + wait if wait else now,
-            "queue": options.get("queue") or "default",
-            "priority": options.get("priority") or 0,
-            "continues_from_id": continues_from.id if continues_from is not None else None,
-            "cursor": cursor,
-            "signal_id": signal_id,
-            "created_at": now,
-            **(started or {}),
-        },
+    values = execution_values(
+        workflow,
+        step_def,
+        now=now,
+        wait=wait,
+        continues_from=continues_from,
+        cursor=cursor,
+        signal_id=signal_id,
+        started=started,
+        options=options,
     )
-    return execution, options
+    return queries.insert_execution(session, values), options
+
+
+def execution_values(
+    workflow: Workflow,
+    step_def: StepDefinition,
+    *,
+    now: datetime,
+    wait: timedelta | None,
+    options: dict[str, Any],
+    continues_from: StepExecution | None = None,
+    cursor: Any = None,
+    signal_id: int | None = None,
+    started: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The columns of a new execution of ``step_def`` (see :func:`insert_execution_of`)."""
+    return {
+        "workflow_id": workflow.id,
+        "step_name": step_def.name,
+        "scheduled_for": now + wait if wait else now,
+        "queue": options.get("queue") or "default",
+        "priority": options.get("priority") or 0,
+        "continues_from_id": continues_from.id if continues_from is not None else None,
+        "cursor": cursor,
+        "signal_id": signal_id,
+        "created_at": now,
+        **(started or {}),
+    }
 
 
 def finish_workflow(workflow: Workflow) -> None:

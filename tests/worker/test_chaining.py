@@ -77,7 +77,7 @@ def _writing_commits(engine: Engine) -> tuple[list[int], Callable[[], None]]:
     wrote: set[int] = set()
 
     def on_execute(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        if statement.lstrip().split()[0].upper() in ("INSERT", "UPDATE", "DELETE"):
+        if statement.lstrip().split()[0].upper() in ("INSERT", "UPDATE", "DELETE", "WITH"):
             wrote.add(id(conn.connection.dbapi_connection))
 
     def on_commit(conn: Any) -> None:

@@ -1,0 +1,139 @@
+"""Phase 3 of a chained step as one statement on PostgreSQL, with the same guarantees.
+
+The workflow's new navigation, the completion and the next step's start go as one
+``WITH … UPDATE … UPDATE … INSERT`` (``queries.complete_in_one_statement``); each part runs
+only if the one before it wrote. Other databases send the three statements. Either way: a
+workflow an operator changed during the body is left to the general path, and a run whose
+execution was taken away writes nothing at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy import event, text
+
+from geneva_drive import Workflow, step
+from geneva_drive.executor import RunOptions, claim_and_run
+from tests.engine._support import history, load_elsewhere, other_session, reload
+
+
+class OneStatementThree(Workflow):
+    may_proceed_without_hero = True
+
+    @step
+    def first(self) -> None:
+        pass
+
+    @step
+    def second(self) -> None:
+        pass
+
+    @step
+    def third(self) -> None:
+        pass
+
+
+class OneStatementPausedMidBody(Workflow):
+    may_proceed_without_hero = True
+
+    @step
+    def first(self) -> None:
+        with other_session() as s:  # an operator, from another process
+            load_elsewhere(s, self.id).pause()
+            s.commit()
+
+    @step
+    def second(self) -> None:
+        pass
+
+
+class OneStatementTakenAway(Workflow):
+    may_proceed_without_hero = True
+
+    @step
+    def first(self) -> None:
+        # Lease recovery gave this execution up while the body ran.
+        with other_session() as s:
+            s.execute(
+                text(
+                    "UPDATE geneva_drive_step_executions SET state = 'canceled' "
+                    "WHERE workflow_id = :id AND step_name = 'first'"
+                ),
+                {"id": self.id},
+            )
+            s.commit()
+
+    @step
+    def second(self) -> None:
+        raise AssertionError("must not start: the run that would start it was discarded")
+
+
+def _run_chained(gd: Any) -> None:
+    options = RunOptions(worker_id="test", chain=lambda queue: True)
+    while claim_and_run(None, options, gd):
+        pass
+
+
+@contextmanager
+def _first_words(engine: Any) -> Iterator[list[str]]:
+    seen: list[str] = []
+
+    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        seen.append(statement.lstrip().split()[0].upper())
+
+    event.listen(engine, "before_cursor_execute", record)
+    try:
+        yield seen
+    finally:
+        event.remove(engine, "before_cursor_execute", record)
+
+
+def test_each_chained_completion_is_one_statement_on_postgresql(gd, session, db_backend):
+    wf = OneStatementThree.create(session)
+    session.commit()
+
+    with _first_words(gd.engine) as seen:
+        _run_chained(gd)
+
+    assert history(session, wf) == [
+        ("first", "completed", "success"),
+        ("second", "completed", "success"),
+        ("third", "completed", "success"),
+    ]
+    assert reload(session, wf).state == "finished"
+    if db_backend == "postgresql":
+        # Three completions (two with the next step's start, one finishing the workflow);
+        # the only UPDATEs left are the claimed first step's start.
+        assert seen.count("WITH") == 3
+        assert (seen.count("UPDATE"), seen.count("INSERT")) == (2, 0)
+    else:
+        assert seen.count("WITH") == 0
+        assert seen.count("INSERT") == 2
+
+
+def test_a_workflow_paused_during_the_body_is_left_to_the_general_path(gd, session):
+    wf = OneStatementPausedMidBody.create(session)
+    session.commit()
+
+    _run_chained(gd)
+
+    assert history(session, wf) == [
+        ("first", "completed", "success"),
+        ("second", "scheduled", None),  # kept for resume()
+    ]
+    assert reload(session, wf).state == "paused"
+
+
+def test_a_run_whose_execution_was_taken_away_writes_nothing(gd, session):
+    wf = OneStatementTakenAway.create(session)
+    session.commit()
+
+    _run_chained(gd)
+
+    assert history(session, wf) == [("first", "canceled", None)]
+    reload(session, wf)
+    # As phase 1 left it: the workflow's part of the one statement was rolled back too.
+    assert (wf.state, wf.current_step_name, wf.next_step_name) == ("performing", "first", "first")
