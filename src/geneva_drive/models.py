@@ -264,9 +264,8 @@ class StepExecution(Timestamps, Base):
     lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
 
     __table_args__ = (
-        Index("ix_geneva_drive_step_executions_workflow_id", "workflow_id"),
-        Index("ix_geneva_drive_step_executions_state", "state"),
-        Index("ix_geneva_drive_step_executions_scheduled_for", "scheduled_for"),
+        # Not (workflow_id), (state) nor (scheduled_for), which the gem has: wider indexes
+        # below lead with each, and every index costs a write per state change (see 0003).
         Index("ix_geneva_drive_step_executions_finished_at", "finished_at"),
         Index("ix_geneva_drive_step_executions_scheduled", "state", "scheduled_for"),
         Index("ix_geneva_drive_step_executions_workflow_created", "workflow_id", "created_at"),
