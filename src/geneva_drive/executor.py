@@ -303,9 +303,8 @@ def _guards_and_start(
         signal = signals.gate(session, workflow, execution, step_def)
         if signal is None:
             return None
-    # 9. Start: two Core UPDATEs under the locks phase 1 holds (see queries.write_through).
+    # 9. Start: the execution's and the workflow's UPDATE under the locks phase 1 holds.
     check_step_transition(execution.state, ExecutionState.IN_PROGRESS)
-    queries.write_through(session, execution, {**_started_columns(now, options), "updated_at": now})
     check_workflow_transition(workflow.state, WorkflowState.PERFORMING)
     performing: dict[str, Any] = {
         "state": WorkflowState.PERFORMING,
@@ -314,7 +313,8 @@ def _guards_and_start(
     }
     if workflow.started_at is None:
         performing["started_at"] = now
-    queries.write_through(session, workflow, performing)
+    started = {**_started_columns(now, options), "updated_at": now}
+    queries.start_both(session, execution, started, workflow, performing)
     return Prepared(workflow, execution, step_def, signal)
 
 

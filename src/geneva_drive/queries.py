@@ -164,11 +164,68 @@ def write_through(
             **values,
         }
     stmt = _update_by_id(mapper, tuple(values), tuple(expect or ()))
-    written = direct.execute(session.connection(), stmt, _update_params(instance, values, expect))
+    written = direct.execute(_connection(session), stmt, _update_params(instance, values, expect))
     if expect and not written:
         return False
     _written(session, instance, values)
     return True
+
+
+_CONNECTION = "geneva_drive_connection"
+
+
+def _connection(session: Session) -> Connection:
+    """``session.connection()``, remembered for the session's current transaction.
+
+    The hot path asks for it once per statement, and the session's answer runs through its
+    transaction state machine each time. A transaction keeps one connection to its end
+    (savepoints included), so the remembered one is the same object.
+    """
+    transaction = session.get_transaction()
+    kept = session.info.get(_CONNECTION)
+    if kept is not None and transaction is not None and kept[0] is transaction:
+        connection: Connection = kept[1]
+        return connection
+    connection = session.connection()
+    session.info[_CONNECTION] = (session.get_transaction(), connection)
+    return connection
+
+
+def start_both(
+    session: Session,
+    execution: StepExecution,
+    started: dict[str, Any],
+    workflow: Workflow,
+    performing: dict[str, Any],
+) -> None:
+    """Phase 1's two writes that start a step, under the locks the caller holds.
+
+    On PostgreSQL as one statement (``WITH e AS (UPDATE execution) UPDATE workflow``) when
+    neither instance has pending changes to fold in; elsewhere as two ``write_through``.
+    """
+    connection = _connection(session)
+    if (
+        connection.dialect.name != "postgresql"
+        or sa_inspect(execution).modified
+        or sa_inspect(workflow).modified
+    ):
+        write_through(session, execution, started)
+        write_through(session, workflow, performing)
+        return
+    stmt = _start_stmt(sa_inspect(type(workflow)).base_mapper, tuple(started), tuple(performing))
+    params = {
+        **_update_params(execution, started, None, "x_"),
+        **_update_params(workflow, performing, None, "w_"),
+    }
+    direct.execute(connection, stmt, params)
+    _written(session, execution, started)
+    _written(session, workflow, performing)
+
+
+@functools.lru_cache(maxsize=16)
+def _start_stmt(workflow_mapper: Any, started: tuple[str, ...], performing: tuple[str, ...]) -> Any:
+    execution_update = _update_by_id(sa_inspect(StepExecution), started, (), "x_")
+    return _update_by_id(workflow_mapper, performing, (), "w_").add_cte(execution_update.cte("e"))
 
 
 def _written(session: Session, instance: Any, values: dict[str, Any]) -> None:
@@ -221,7 +278,7 @@ def complete_in_one_statement(
     if following is not None:
         row = _execution_row(following)
         params.update({f"n_{key}": value for key, value in row.items()})
-    w, e, n = direct.execute(session.connection(), stmt, params)
+    w, e, n = direct.execute(_connection(session), stmt, params)
     if w:
         _written(session, workflow, navigation)
     if e:
@@ -352,7 +409,7 @@ def insert_execution(session: Session, values: dict[str, Any]) -> StepExecution:
     """
     mapper = sa_inspect(StepExecution)
     row = _execution_row(values)
-    connection = session.connection()
+    connection = _connection(session)
     if connection.dialect.insert_returning:
         row["id"] = int(direct.execute(connection, _insert_stmt(returning=True), row)[0])
     else:  # e.g. SQLite before 3.35: the driver's lastrowid, through SQLAlchemy

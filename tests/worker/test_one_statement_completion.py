@@ -1,5 +1,7 @@
 """Phase 3 of a chained step as one statement on PostgreSQL, with the same guarantees.
 
+(So is phase 1's start of a claimed step: ``queries.start_both``.)
+
 The workflow's new navigation, the completion and the next step's start go as one
 ``WITH … UPDATE … UPDATE … INSERT`` (``queries.complete_in_one_statement``); each part runs
 only if the one before it wrote. Other databases send the three statements. Either way: a
@@ -105,10 +107,10 @@ def test_each_chained_completion_is_one_statement_on_postgresql(gd, session, db_
     ]
     assert reload(session, wf).state == "finished"
     if db_backend == "postgresql":
-        # Three completions (two with the next step's start, one finishing the workflow);
-        # the only UPDATEs left are the claimed first step's start.
-        assert seen.count("WITH") == 3
-        assert (seen.count("UPDATE"), seen.count("INSERT")) == (2, 0)
+        # The claimed first step's start, then three completions (two with the next step's
+        # start, one finishing the workflow): one statement each, besides the claim.
+        assert seen.count("WITH") == 4
+        assert (seen.count("UPDATE"), seen.count("INSERT")) == (0, 0)
     else:
         assert seen.count("WITH") == 0
         assert seen.count("INSERT") == 2
