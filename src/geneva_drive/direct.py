@@ -45,11 +45,16 @@ class _Plan(NamedTuple):
     # Positional dialects (SQLite's qmark): parameter names in placeholder order.
     positions: tuple[str, ...] | None
     processors: Mapping[str, Callable[[Any], Any]]
+    # Values the statement itself binds (literals such as a LIMIT), by name.
+    defaults: Mapping[str, Any]
     returns_rows: bool
+    # Per column of the rows it returns: the type's result processor, if any has one.
+    row_processors: tuple[Callable[[Any], Any] | None, ...] | None
 
 
 def execute(connection: Connection, stmt: Any, params: dict[str, Any]) -> Any:
-    """Run ``stmt`` with ``params``: its first row if it returns rows, else its rowcount.
+    """Run ``stmt`` with ``params``: its first row (None if none) if it returns rows, else its
+    rowcount.
 
     ``stmt`` must be built once and reused (its identity keys the compiled form), and
     ``params`` must give every parameter it binds, by the ``bindparam`` names.
@@ -59,6 +64,8 @@ def execute(connection: Connection, stmt: Any, params: dict[str, Any]) -> Any:
         result = connection.execute(stmt, params)
         return result.first() if result.returns_rows else result.rowcount
     processors = plan.processors
+    if plan.defaults:
+        params = {**plan.defaults, **params}
     values = {
         name: (processors[name](value) if name in processors else value)
         for name, value in params.items()
@@ -67,10 +74,20 @@ def execute(connection: Connection, stmt: Any, params: dict[str, Any]) -> Any:
     cursor = _cursor(connection)
     try:
         cursor.execute(plan.sql, bound)
+        if not plan.returns_rows:
+            return cursor.rowcount
         # fetchall: a RETURNING statement left unfinished would stay open in the driver.
-        return cursor.fetchall()[0] if plan.returns_rows else cursor.rowcount
+        rows = cursor.fetchall()
     except connection.dialect.loaded_dbapi.Error as error:
         raise _wrapped(connection, plan.sql, bound, error, cursor) from error
+    if not rows:
+        return None
+    if plan.row_processors is None:
+        return rows[0]
+    return tuple(
+        value if process is None else process(value)
+        for process, value in zip(plan.row_processors, rows[0], strict=True)
+    )
 
 
 _CURSOR = "geneva_drive_direct_cursor"
@@ -117,15 +134,28 @@ def _plan(stmt: Any, dialect: Dialect) -> _Plan | None:
     if compiled.insert_prefetch or compiled.update_prefetch:
         return None  # a Python-side column default (onupdate=…) is computed per execution
     processors: dict[str, Callable[[Any], Any]] = {}
+    defaults: dict[str, Any] = {}
     for bind, name in compiled.bind_names.items():
-        if name != bind.key:
+        if not bind.required and bind.callable is None:
+            defaults[name] = bind.value  # a literal of the statement (anonymous, e.g. LIMIT 1)
+        elif name != bind.key:
             return None  # the dialect escaped the name: let SQLAlchemy map it
         processor = bind.type.dialect_impl(dialect).bind_processor(dialect)
         if processor is not None:
             processors[name] = processor
     positions = tuple(compiled.positiontup) if compiled.positional else None
-    returns_rows = bool(stmt.is_select or compiled.effective_returning)
-    return _Plan(compiled.string, positions, processors, returns_rows)
+    columns = stmt.selected_columns if stmt.is_select else compiled.effective_returning or ()
+    row_processors = tuple(
+        column.type.dialect_impl(dialect).result_processor(dialect, None) for column in columns
+    )
+    return _Plan(
+        compiled.string,
+        positions,
+        processors,
+        defaults,
+        bool(columns),
+        row_processors if any(row_processors) else None,
+    )
 
 
 def _wrapped(connection: Connection, sql: str, params: Any, error: Any, cursor: Any) -> Exception:

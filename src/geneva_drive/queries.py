@@ -682,10 +682,12 @@ def _claim_locked(session: Session, stmt: Any, params: dict[str, Any]) -> tuple[
     else:
         # A fresh session (every worker claim): the same statement through Core, and the two
         # instances built from its row - a third of the cost of the ORM's loading.
-        loaded = session.connection().execute(_core_claim(stmt), params).first()
+        core = _core_claim(stmt)
+        loaded = direct.execute(_connection(session), core, params)
         if loaded is None:
             return None
-        execution, workflow = _claimed_instances(session, loaded)
+        labels = core.selected_columns.keys()
+        execution, workflow = _claimed_instances(session, dict(zip(labels, loaded, strict=True)))
     remember_workflow_lock(session, workflow.id, workflow)
     held = _held(session, create=True)
     if held is not None:
@@ -703,8 +705,7 @@ def _core_claim(stmt: Any) -> Any:
     return stmt.with_only_columns(*columns).execution_options(populate_existing=False)
 
 
-def _claimed_instances(session: Session, row: Any) -> tuple[StepExecution, Workflow]:
-    values = row._mapping
+def _claimed_instances(session: Session, values: dict[str, Any]) -> tuple[StepExecution, Workflow]:
     execution_mapper = sa_inspect(StepExecution)
     execution = _as_loaded(
         session,

@@ -35,6 +35,7 @@ class ClaimLoadsHooks(Workflow):
                 self.state,
                 self.current_step_name,
                 self.session.is_modified(self),
+                self.created_at,  # read back through the column types' result processors
             )
         )
 
@@ -56,7 +57,10 @@ def test_a_claimed_workflow_is_its_own_class_loaded_clean_with_its_load_hooks_ru
     after = queries._core_claim.cache_info().hits + queries._core_claim.cache_info().misses
     if db_backend != "mariadb":  # MariaDB claims candidates first, then loads them by the ORM
         assert after > before  # the Core claim was the one that ran
-    assert ClaimLoadsHooks.seen == [(True, "ClaimLoadsHooks", "performing", "first", False)]
+    assert ClaimLoadsHooks.seen == [
+        (True, "ClaimLoadsHooks", "performing", "first", False, wf.created_at)
+    ]
+    assert wf.created_at.tzinfo is not None  # what the ORM loads; the claim must match it
     assert history(session, wf) == [("first", "completed", "success")]
 
 
