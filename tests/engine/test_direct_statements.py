@@ -8,13 +8,11 @@ they write the same values and raise SQLAlchemy's own errors.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import pytest
-from sqlalchemy import event, text, update
 from sqlalchemy import inspect as sa_inspect
+from sqlalchemy import text, update
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
@@ -22,6 +20,7 @@ from geneva_drive import StepExecution, Workflow, direct, queries, step
 from geneva_drive.states import ExecutionState
 from geneva_drive.testing import perform_next_step
 from tests.engine._support import executions
+from tests.support.statements import first_words
 
 
 class DirectTwoSteps(Workflow):
@@ -44,20 +43,6 @@ def _direct_runs() -> int:
 
 def _update_shape(*keys: str, expected: tuple[str, ...] = ()) -> Any:
     return queries._update_by_id(sa_inspect(StepExecution), keys, expected)
-
-
-@contextmanager
-def _statements_seen(engine: Any) -> Iterator[list[str]]:
-    seen: list[str] = []
-
-    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        seen.append(statement.split()[0].upper())
-
-    event.listen(engine, "before_cursor_execute", record)
-    try:
-        yield seen
-    finally:
-        event.remove(engine, "before_cursor_execute", record)
 
 
 def test_an_unobserved_step_writes_through_the_dbapi_cursor(gd, session):
@@ -93,7 +78,7 @@ def test_cursor_listeners_see_every_statement_of_a_step(gd, session):
     session.commit()
     before = _direct_runs()
 
-    with _statements_seen(gd.engine) as seen:
+    with first_words(gd.engine) as seen:
         perform_next_step(wf)
 
     assert _direct_runs() == before  # nothing bypassed the listener

@@ -11,31 +11,15 @@ execution was taken away writes nothing at all.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import event, text
+from sqlalchemy import text
 
 from geneva_drive import Workflow, step
 from geneva_drive.executor import RunOptions, claim_and_run
 from tests.engine._support import history, load_elsewhere, other_session, reload
-
-
-class OneStatementThree(Workflow):
-    may_proceed_without_hero = True
-
-    @step
-    def first(self) -> None:
-        pass
-
-    @step
-    def second(self) -> None:
-        pass
-
-    @step
-    def third(self) -> None:
-        pass
+from tests.support.statements import first_words
+from tests.worker.apps import WorkerScaleThreeSteps
 
 
 class OneStatementPausedMidBody(Workflow):
@@ -79,31 +63,17 @@ def _run_chained(gd: Any) -> None:
         pass
 
 
-@contextmanager
-def _first_words(engine: Any) -> Iterator[list[str]]:
-    seen: list[str] = []
-
-    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        seen.append(statement.lstrip().split()[0].upper())
-
-    event.listen(engine, "before_cursor_execute", record)
-    try:
-        yield seen
-    finally:
-        event.remove(engine, "before_cursor_execute", record)
-
-
 def test_each_chained_completion_is_one_statement_on_postgresql(gd, session, db_backend):
-    wf = OneStatementThree.create(session)
+    wf = WorkerScaleThreeSteps.create(session)
     session.commit()
 
-    with _first_words(gd.engine) as seen:
+    with first_words(gd.engine) as seen:
         _run_chained(gd)
 
     assert history(session, wf) == [
-        ("first", "completed", "success"),
-        ("second", "completed", "success"),
-        ("third", "completed", "success"),
+        ("one", "completed", "success"),
+        ("two", "completed", "success"),
+        ("three", "completed", "success"),
     ]
     assert reload(session, wf).state == "finished"
     if db_backend == "postgresql":
