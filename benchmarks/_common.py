@@ -205,6 +205,23 @@ class Postgres:
     def drop_database(self, name: str) -> None:
         self.admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
+    def cpu_s(self) -> float:
+        """CPU the whole server has used: the postmaster, its live processes, and (through the
+        postmaster's reaped-children counters) every backend that has exited."""
+        pid = self.handle.get_pid()
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total = sum(int(fields[i]) for i in (11, 12, 13, 14)) / _TICK
+        for child in process_tree(pid)[1:]:
+            with contextlib.suppress(FileNotFoundError):  # a backend exiting right now
+                total += cpu_seconds(child)
+        return total
+
+    def wal_lsn(self) -> str:
+        return str(self.admin("SELECT pg_current_wal_lsn()")[0][0])
+
+    def wal_bytes_since(self, lsn: str) -> int:
+        return int(self.admin(f"SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '{lsn}')")[0][0])
+
     def stop(self) -> None:
         with contextlib.suppress(Exception):
             self.handle.cleanup()

@@ -9,7 +9,8 @@ Each mode gets a fresh database with N workflows seeded before any worker starts
 ``geneva-drive worker`` processes (their CPU and peak RSS come from /proc). Prints one JSON
 line per mode: workflows/s, steps/s (wall time from worker start to the last finished
 workflow), commits per step (``pg_stat_database.xact_commit`` delta, PostgreSQL only), worker
-CPU ms per step, peak RSS, the step gap and first-step start latency under this load.
+CPU ms per step, the server's CPU ms and WAL bytes per step (PostgreSQL), peak RSS, the step
+gap and first-step start latency under this load.
 """
 
 from __future__ import annotations
@@ -58,6 +59,8 @@ def one_mode(args: argparse.Namespace, server, processes: int) -> dict:  # type:
             conn.execute(text("ANALYZE"))
     engine.dispose()  # a backend flushes its statistics when it disconnects
     before = commits(dsn, name) if dsn else None
+    server_cpu0 = server.cpu_s() if dsn else None
+    wal0 = server.wal_lsn() if dsn else None
     cpu0 = self_gauges()["cpu_s"]
     trace_prefix = str(Path(tempfile.mkdtemp(prefix="gd-bench-trace-")) / "trace")
     gd_app.TRACE.clear()
@@ -87,10 +90,12 @@ def one_mode(args: argparse.Namespace, server, processes: int) -> dict:  # type:
             for g in run.gauges
         ]
     engine.dispose()
-    after = None
+    after = server_cpu = wal = None
     if dsn:
         time.sleep(0.5)  # let the workers' backends exit (and report their counters)
         after = commits(dsn, name)
+        server_cpu = server.cpu_s() - server_cpu0
+        wal = server.wal_bytes_since(wal0)
     rows = _gd.executions(engine)
     engine.dispose()
     steps = len(rows)
@@ -114,6 +119,10 @@ def one_mode(args: argparse.Namespace, server, processes: int) -> dict:  # type:
         # included; this script's own polls are read-only and roll back).
         "commits_per_step": round((after - before) / steps, 2) if dsn else None,
         "cpu_ms_per_step": round(cpu * 1000 / steps, 3),
+        # The database server's side, same span (PostgreSQL: the whole server, other
+        # databases' idle processes included - there are none here).
+        "server_cpu_ms_per_step": round(server_cpu * 1000 / steps, 3) if dsn else None,
+        "wal_bytes_per_step": round(wal / steps) if dsn else None,
         "peak_rss_mb": round(rss, 1),
         "worker_processes": procs_info,
         # Next step's body start − previous body's end, as the step bodies saw it.
