@@ -16,23 +16,12 @@ from sqlalchemy import text, update
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
-from geneva_drive import StepExecution, Workflow, direct, queries, step
+from geneva_drive import StepExecution, direct, queries
 from geneva_drive.states import ExecutionState
 from geneva_drive.testing import perform_next_step
 from tests.engine._support import executions
 from tests.support.statements import first_words
-
-
-class DirectTwoSteps(Workflow):
-    may_proceed_without_hero = True
-
-    @step
-    def first(self) -> None:
-        pass
-
-    @step
-    def second(self) -> None:
-        pass
+from tests.worker.apps import WorkerScaleThreeSteps
 
 
 def _direct_runs() -> int:
@@ -46,7 +35,7 @@ def _update_shape(*keys: str, expected: tuple[str, ...] = ()) -> Any:
 
 
 def test_an_unobserved_step_writes_through_the_dbapi_cursor(gd, session):
-    wf = DirectTwoSteps.create(session)
+    wf = WorkerScaleThreeSteps.create(session)
     session.commit()
     before = _direct_runs()
 
@@ -68,13 +57,13 @@ def test_an_unobserved_step_writes_through_the_dbapi_cursor(gd, session):
     )
     assert direct._plan(completion, dialect) is not None
     assert [(e.step_name, e.state) for e in executions(session, wf)] == [
-        ("first", "completed"),
-        ("second", "scheduled"),
+        ("one", "completed"),
+        ("two", "scheduled"),
     ]
 
 
 def test_cursor_listeners_see_every_statement_of_a_step(gd, session):
-    wf = DirectTwoSteps.create(session)
+    wf = WorkerScaleThreeSteps.create(session)
     session.commit()
     before = _direct_runs()
 
@@ -88,7 +77,7 @@ def test_cursor_listeners_see_every_statement_of_a_step(gd, session):
 
 
 def test_sql_logging_sees_every_statement_of_a_step(gd, session, caplog):
-    wf = DirectTwoSteps.create(session)
+    wf = WorkerScaleThreeSteps.create(session)
     session.commit()
     before = _direct_runs()
 
@@ -104,7 +93,7 @@ def test_sql_logging_sees_every_statement_of_a_step(gd, session, caplog):
 def test_direct_writes_store_what_sqlalchemy_stores(gd, session, clock):
     """Bind processors are applied by hand: a timestamp the executor writes directly
     (``started_at``) is stored exactly like one the ORM writes (``created_at``)."""
-    wf = DirectTwoSteps.create(session)
+    wf = WorkerScaleThreeSteps.create(session)
     session.commit()
     before = _direct_runs()
     perform_next_step(wf)
@@ -113,7 +102,7 @@ def test_direct_writes_store_what_sqlalchemy_stores(gd, session, clock):
     raw = session.execute(
         text(
             "SELECT created_at, started_at, state FROM geneva_drive_step_executions "
-            "WHERE workflow_id = :id AND step_name = 'first'"
+            "WHERE workflow_id = :id AND step_name = 'one'"
         ),
         {"id": wf.id},
     ).one()
@@ -125,7 +114,7 @@ def test_direct_writes_store_what_sqlalchemy_stores(gd, session, clock):
 
 
 def test_a_constraint_violation_is_raised_as_sqlalchemys_integrity_error(gd, session, clock):
-    wf = DirectTwoSteps.create(session)  # its first execution is scheduled: the one active
+    wf = WorkerScaleThreeSteps.create(session)  # its first execution is scheduled: the one active
     session.commit()
     before = _direct_runs()
 
@@ -136,7 +125,7 @@ def test_a_constraint_violation_is_raised_as_sqlalchemys_integrity_error(gd, ses
             session,
             {
                 "workflow_id": wf.id,
-                "step_name": "second",
+                "step_name": "two",
                 "scheduled_for": clock.now(),
                 "created_at": clock.now(),
             },
@@ -147,13 +136,13 @@ def test_a_constraint_violation_is_raised_as_sqlalchemys_integrity_error(gd, ses
     session.rollback()
 
     # The database is unchanged and the session usable.
-    assert [(e.step_name, e.state) for e in executions(session, wf)] == [("first", "scheduled")]
+    assert [(e.step_name, e.state) for e in executions(session, wf)] == [("one", "scheduled")]
 
 
 def test_a_lock_timeout_in_a_direct_statement_is_transient(gd, session, db_backend):
     if db_backend == "sqlite":
         pytest.skip("SQLite has no row locks: its lock wait happens at BEGIN IMMEDIATE")
-    wf = DirectTwoSteps.create(session)
+    wf = WorkerScaleThreeSteps.create(session)
     session.commit()
     execution = executions(session, wf)[0]
 
@@ -183,7 +172,7 @@ def test_statements_with_expanding_parameters_take_sqlalchemys_path(gd, session)
         .where(table.c.state.in_([ExecutionState.WAITING, ExecutionState.SCHEDULED]))
         .values(priority=7)
     )
-    wf = DirectTwoSteps.create(session)
+    wf = WorkerScaleThreeSteps.create(session)
     session.commit()
 
     assert direct._plan(stmt, gd.engine.dialect) is None
