@@ -574,17 +574,17 @@ def _complete(
         "updated_at": now,
     }
     created: StepExecution | None = None
+    new_row = None
+    if following is not None:
+        new_row = scheduling.execution_values(
+            workflow,
+            following,
+            now=now,
+            wait=following.wait_delta,
+            started=_started_columns(now, options) if direct else None,
+            options=job_options,
+        )
     if _one_statement(session, execution, following is None or direct):
-        new_row = None
-        if following is not None:
-            new_row = scheduling.execution_values(
-                workflow,
-                following,
-                now=now,
-                wait=following.wait_delta,
-                started=_started_columns(now, options),
-                options=job_options,
-            )
         wrote_workflow, wrote_execution, created = queries.complete_in_one_statement(
             session, workflow, navigation, as_started, execution, done, new_row
         )
@@ -605,18 +605,9 @@ def _complete(
         return True, None
     signals.record_clean_resolution(session, execution)
     chained: Prepared | Aborted | None = None
-    if following is not None:
+    if following is not None and new_row is not None:
         if created is None:
-            started = _started_columns(now, options) if direct else None
-            created, job_options = scheduling.insert_execution_of(
-                session,
-                workflow,
-                following,
-                now=now,
-                wait=following.wait_delta,
-                started=started,
-                options=job_options,
-            )
+            created = queries.insert_execution(session, new_row)
         if direct:
             chained = _started_directly(workflow, created, following)
         elif chain:

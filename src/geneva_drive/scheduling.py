@@ -55,53 +55,20 @@ def create_step_execution(
     # first so that the sweep's flush finds nothing left to write for it.
     queries.write_through(session, workflow, {"next_step_name": step_def.name, "updated_at": now})
     queries.sweep_strays(session, workflow.id, now)
-    execution, options = insert_execution_of(
-        session,
-        workflow,
-        step_def,
-        now=now,
-        wait=wait,
-        continues_from=continues_from,
-        cursor=cursor,
-        signal_id=signal_id,
-    )
-    enqueue_after_commit(session, EnqueuedStep.for_execution(workflow, execution, options))
-    return execution
-
-
-def insert_execution_of(
-    session: Session,
-    workflow: Workflow,
-    step_def: StepDefinition,
-    *,
-    now: datetime,
-    wait: timedelta | None = None,
-    continues_from: StepExecution | None = None,
-    cursor: Any = None,
-    signal_id: int | None = None,
-    started: dict[str, Any] | None = None,
-    options: dict[str, Any] | None = None,
-) -> tuple[StepExecution, dict[str, Any]]:
-    """INSERT an execution of ``step_def`` (no sweep, no wake-up); returns it and its job options.
-
-    ``started``: columns of an execution inserted already in progress (the executor's
-    chaining, when nothing can stop the step from starting). ``options``: the step's merged
-    job options, when the caller has them already.
-    """
-    if options is None:
-        options = workflow.merged_job_options(step_def)
+    options = workflow.merged_job_options(step_def)
     values = execution_values(
         workflow,
         step_def,
         now=now,
         wait=wait,
+        options=options,
         continues_from=continues_from,
         cursor=cursor,
         signal_id=signal_id,
-        started=started,
-        options=options,
     )
-    return queries.insert_execution(session, values), options
+    execution = queries.insert_execution(session, values)
+    enqueue_after_commit(session, EnqueuedStep.for_execution(workflow, execution, options))
+    return execution
 
 
 def execution_values(
@@ -116,7 +83,12 @@ def execution_values(
     signal_id: int | None = None,
     started: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The columns of a new execution of ``step_def`` (see :func:`insert_execution_of`)."""
+    """The columns of a new execution of ``step_def``, for ``queries.insert_execution``.
+
+    ``options``: the step's merged job options. ``started``: columns of an execution inserted
+    already in progress (the executor's chaining, when nothing can stop the step from
+    starting).
+    """
     return {
         "workflow_id": workflow.id,
         "step_name": step_def.name,
