@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> dict:
     trace_prefix = str(Path(tempfile.mkdtemp(prefix="gd-bench-trace-")) / "trace")
     os.environ["GD_BENCH_TRACE"] = trace_prefix  # the worker writes its body trace at exit
     try:
-        procs = _gd.start_worker_processes(url, 1, None)
+        procs, _ = _gd.start_worker_processes(url, 1, None)
     finally:
         del os.environ["GD_BENCH_TRACE"]
     result: dict = {"bench": "latency", "system": "geneva-drive", "backend": args.backend}
