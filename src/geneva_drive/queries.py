@@ -15,11 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
     Connection,
+    String,
     and_,
     bindparam,
     case,
     delete,
     func,
+    literal_column,
     null,
     or_,
     select,
@@ -43,6 +45,21 @@ if TYPE_CHECKING:
     from .workflow import Workflow
 
 _SWEEPABLE = (ExecutionState.SCHEDULED, ExecutionState.WAITING)
+
+
+def _in_state(column: Any, *states: ExecutionState) -> Any:
+    """``state = 'scheduled'`` (or ``IN (…)``), the states written into the SQL as literals.
+
+    Why not parameters: the executions' partial indexes (``… WHERE state = 'scheduled'``, the
+    claim's, the lease sweep's, the waiting gauges') are matched against the query's text. psycopg
+    prepares a statement on its fifth run and PostgreSQL then plans it once, generically; with
+    the state as a parameter that plan cannot use a partial index. The claim then sorted every
+    due row for each claim: 14 ms a claim at 8,000 due rows, growing with the backlog, against
+    0.13 ms reading the first entry of the partial index. SQLite likewise uses a partial index
+    only when its WHERE term appears in the query. The states are the library's own constants.
+    """
+    literals = [literal_column(f"'{ExecutionState(state).value}'", String) for state in states]
+    return column == literals[0] if len(literals) == 1 else column.in_(literals)
 
 
 def workflow_model() -> type[Workflow]:
@@ -395,7 +412,9 @@ def _sweep_stmt() -> Any:
     table: Any = StepExecution.__table__
     return (
         update(table)
-        .where(table.c.workflow_id == bindparam("of_workflow"), table.c.state.in_(_SWEEPABLE))
+        .where(
+            table.c.workflow_id == bindparam("of_workflow"), _in_state(table.c.state, *_SWEEPABLE)
+        )
         .values({key: bindparam(f"v_{key}") for key in _SWEPT_COLUMNS})
     )
 
@@ -472,12 +491,15 @@ def current_execution(session: Session, workflow_id: int) -> StepExecution | Non
         select(StepExecution)
         .where(
             StepExecution.workflow_id == workflow_id,
-            StepExecution.state.in_(
-                (ExecutionState.SCHEDULED, ExecutionState.WAITING, ExecutionState.IN_PROGRESS)
+            _in_state(
+                StepExecution.state,
+                ExecutionState.SCHEDULED,
+                ExecutionState.WAITING,
+                ExecutionState.IN_PROGRESS,
             ),
         )
         .order_by(
-            case((StepExecution.state == ExecutionState.WAITING, 0), else_=1),
+            case((_in_state(StepExecution.state, ExecutionState.WAITING), 0), else_=1),
             StepExecution.created_at.desc(),
             StepExecution.id.desc(),
         )
@@ -509,7 +531,7 @@ def consecutive_reattempt_count(session: Session, workflow_id: int, step_name: s
         select(StepExecution.created_at, StepExecution.id)
         .where(
             of_step,
-            StepExecution.state == ExecutionState.COMPLETED,
+            _in_state(StepExecution.state, ExecutionState.COMPLETED),
             StepExecution.outcome != Outcome.REATTEMPTED,
         )
         .order_by(StepExecution.created_at.desc(), StepExecution.id.desc())
@@ -577,7 +599,7 @@ def newest_paused_marker(session: Session, workflow_id: int) -> StepExecution | 
         select(StepExecution)
         .where(
             StepExecution.workflow_id == workflow_id,
-            StepExecution.state == ExecutionState.COMPLETED,
+            _in_state(StepExecution.state, ExecutionState.COMPLETED),
             StepExecution.outcome == Outcome.WORKFLOW_PAUSED,
             StepExecution.id.notin_(successors),
         )
@@ -637,7 +659,7 @@ def _claim_stmt(*, by_id: bool, queued: bool, mysql: bool) -> Any:
     stmt = (
         select(StepExecution.id, StepExecution.workflow_id)
         .join(wf, wf.id == StepExecution.workflow_id)
-        .where(StepExecution.state == ExecutionState.SCHEDULED)
+        .where(_in_state(StepExecution.state, ExecutionState.SCHEDULED))
         .where(StepExecution.scheduled_for <= bindparam("now"))
         # Only ready workflows: a paused one keeps its row for resume(), and claiming it
         # would be a no-op that a worker repeats forever.
@@ -759,7 +781,7 @@ def _mysql_lock_first_claimable(
             select(StepExecution.id)
             .where(StepExecution.id == execution_id)
             .where(StepExecution.workflow_id == wf.id)
-            .where(StepExecution.state == ExecutionState.SCHEDULED)
+            .where(_in_state(StepExecution.state, ExecutionState.SCHEDULED))
             .where(StepExecution.scheduled_for <= now)
         )
         if queues:
@@ -800,7 +822,7 @@ def next_claimable_due_time(session: Session, queues: Sequence[str] | None) -> d
     stmt = (
         select(StepExecution.scheduled_for)
         .join(wf, wf.id == StepExecution.workflow_id)
-        .where(StepExecution.state == ExecutionState.SCHEDULED, _workflow_is_ready(wf))
+        .where(_in_state(StepExecution.state, ExecutionState.SCHEDULED), _workflow_is_ready(wf))
         .order_by(StepExecution.scheduled_for)
         .limit(1)
     )
@@ -820,7 +842,7 @@ def extend_leases(session: Session, worker_id: str, until: datetime, now: dateti
         update(StepExecution)
         .where(
             StepExecution.lease_owner == worker_id,
-            StepExecution.state == ExecutionState.IN_PROGRESS,
+            _in_state(StepExecution.state, ExecutionState.IN_PROGRESS),
         )
         .values(lease_expires_at=until, updated_at=now)
         .execution_options(synchronize_session=False)
@@ -840,7 +862,7 @@ def expired_lease_ids(
     stmt = (
         select(StepExecution.lease_expires_at, StepExecution.id)
         .where(
-            StepExecution.state == ExecutionState.IN_PROGRESS,
+            _in_state(StepExecution.state, ExecutionState.IN_PROGRESS),
             StepExecution.lease_expires_at < now,
         )
         .order_by(StepExecution.lease_expires_at, StepExecution.id)
@@ -866,7 +888,7 @@ def stuck_in_progress_ids(
     stmt = (
         select(StepExecution.started_at, StepExecution.id)
         .where(
-            StepExecution.state == ExecutionState.IN_PROGRESS,
+            _in_state(StepExecution.state, ExecutionState.IN_PROGRESS),
             StepExecution.started_at < cutoff,
             or_(StepExecution.lease_expires_at.is_(None), StepExecution.lease_expires_at < now),
         )
@@ -891,7 +913,7 @@ def stuck_scheduled_ids(
         select(StepExecution.scheduled_for, StepExecution.id)
         .join(wf, wf.id == StepExecution.workflow_id)
         .where(
-            StepExecution.state == ExecutionState.SCHEDULED,
+            _in_state(StepExecution.state, ExecutionState.SCHEDULED),
             StepExecution.scheduled_for < cutoff,
             wf.state != WorkflowState.PAUSED,
         )
@@ -1016,7 +1038,7 @@ def waiting_counts(session: Session, since_before: datetime | None = None) -> li
     )
     stmt = (
         select(type_, func.count())
-        .where(StepExecution.state == ExecutionState.WAITING)
+        .where(_in_state(StepExecution.state, ExecutionState.WAITING))
         .group_by(type_)
     )
     if since_before is not None:
@@ -1111,7 +1133,7 @@ def executions_to_dispatch(
         select(StepExecution, wf)
         .join(wf, wf.id == StepExecution.workflow_id)
         .where(
-            StepExecution.state == ExecutionState.SCHEDULED,
+            _in_state(StepExecution.state, ExecutionState.SCHEDULED),
             StepExecution.scheduled_for <= send_before,
             wf.state == WorkflowState.READY,
             or_(
@@ -1184,7 +1206,7 @@ def _checkpoint_statement(returning: bool) -> Any:
         update(table)
         .where(
             table.c.id == bindparam("gd_id"),
-            table.c.state == ExecutionState.IN_PROGRESS.value,
+            _in_state(table.c.state, ExecutionState.IN_PROGRESS),
             table.c.lease_owner.is_not_distinct_from(
                 bindparam("gd_owner", type_=table.c.lease_owner.type)
             ),
