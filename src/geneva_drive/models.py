@@ -267,7 +267,12 @@ class StepExecution(Timestamps, Base):
         # Not (workflow_id), (state) nor (scheduled_for), which the gem has: wider indexes
         # below lead with each, and every index costs a write per state change (see 0003).
         Index("ix_geneva_drive_step_executions_finished_at", "finished_at"),
-        Index("ix_geneva_drive_step_executions_scheduled", "state", "scheduled_for"),
+        # Scheduled rows by due time (the idle worker's next due time, the stuck-scheduled
+        # sweep). Partial, not (state, scheduled_for) over the whole history: on a sudden
+        # backlog SQLite took that one for the claim and sorted every due row (migration 0004).
+        *_partial_index(
+            "ix_geneva_drive_step_executions_scheduled", "scheduled_for", state="scheduled"
+        ),
         Index("ix_geneva_drive_step_executions_workflow_created", "workflow_id", "created_at"),
         Index("ix_geneva_drive_step_executions_workflow_state", "workflow_id", "state"),
         Index("ix_geneva_drive_step_executions_continues_from_id", "continues_from_id"),
