@@ -125,11 +125,19 @@ def test_several_worker_processes_run_every_step_exactly_once_and_never_overlap(
 ):
     # SQLite has one writer: one process there; the servers get three of two threads each.
     processes, count = (1, 60) if db_backend == "sqlite" else (3, 200)
+    concurrency = "1" if db_backend == "sqlite" else "2"
+    started = [workers.start("--concurrency", concurrency) for _ in range(processes)]
+    # Every worker up (its signal handlers installed) before there is work: otherwise the
+    # fastest could finish it all while the last is still importing, and that one would then
+    # meet the stop signal before its handler (exit -15) and never have competed for a row.
+    wait_until(
+        lambda: all(" started: " in workers.output(p) for p in started),
+        "every worker to start",
+        workers,
+    )
     with Session(db) as session:
         ids = [WorkerScaleThreeSteps.create(session).id for _ in range(count)]
         session.commit()
-    concurrency = "1" if db_backend == "sqlite" else "2"
-    started = [workers.start("--concurrency", concurrency) for _ in range(processes)]
 
     wait_until(
         lambda: workflow_states(db, ids)["finished"] == count, "every workflow to finish", workers
