@@ -264,8 +264,9 @@ class StepExecution(Timestamps, Base):
     lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
 
     __table_args__ = (
-        # Not (workflow_id), (state) nor (scheduled_for), which the gem has: wider indexes
-        # below lead with each, and every index costs a write per state change (see 0003).
+        # Not (workflow_id), (state) nor (scheduled_for), which the gem has: wider or partial
+        # indexes below serve every query on them, and every index costs a write per state
+        # change (see 0003 and 0004).
         Index("ix_geneva_drive_step_executions_finished_at", "finished_at"),
         # Scheduled rows by due time (the idle worker's next due time, the stuck-scheduled
         # sweep). Partial, not (state, scheduled_for) over the whole history: on a sudden

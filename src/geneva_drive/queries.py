@@ -55,8 +55,8 @@ def _in_state(column: Any, *states: ExecutionState) -> Any:
     prepares a statement on its fifth run and PostgreSQL then plans it once, generically; with
     the state as a parameter that plan cannot use a partial index. The claim then sorted every
     due row for each claim: 14 ms a claim at 8,000 due rows, growing with the backlog, against
-    0.13 ms reading the first entry of the partial index. SQLite likewise uses a partial index
-    only when its WHERE term appears in the query. The states are the library's own constants.
+    0.13 ms reading the first entry of the partial index. The states are the library's own
+    constants, never input.
     """
     literals = [literal_column(f"'{ExecutionState(state).value}'", String) for state in states]
     return column == literals[0] if len(literals) == 1 else column.in_(literals)
@@ -814,7 +814,7 @@ def next_claimable_due_time(session: Session, queues: Sequence[str] | None) -> d
     Rows kept for a paused workflow's ``resume()`` are ignored: they are due in the past, and
     an idle worker timing its sleep on them would spin. Written as "the first scheduled row
     in due order whose workflow is ready" rather than ``MIN()`` over a join: the scheduled
-    rows' ``(state, scheduled_for)`` index is walked in order and each workflow found by
+    rows' due-time index is walked in order and each workflow found by
     primary key, stopping at the first ready one, so the cost does not grow with the tables
     (``MIN()`` let PostgreSQL hash-join every workflow at 1M rows).
     """
@@ -1125,8 +1125,8 @@ def executions_to_dispatch(
 
     Never sent (``job_id`` is NULL) and due before ``send_before`` (now + the ETA horizon); or
     sent before ``resend_before`` and due since before it — a message presumed lost. Paused
-    workflows' rows wait for ``resume()``. The outer ``scheduled_for`` bound lets the
-    ``(state, scheduled_for)`` index do the work: cost follows due rows, not table size.
+    workflows' rows wait for ``resume()``. The outer ``scheduled_for`` bound lets the scheduled
+    rows' ``scheduled_for`` index do the work: cost follows due rows, not table size.
     """
     wf = workflow_model()
     stmt = (
