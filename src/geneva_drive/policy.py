@@ -300,9 +300,7 @@ def resolve(
     chosen = next(p for p in stack if p.captures(error))
     policy = chosen.pick(error) if isinstance(chosen, PolicyList) else chosen
     assert policy is not None  # captures() guaranteed a member
-    caps = [
-        m.max_reattempts for p in stack for m in p.policies if m.max_reattempts is not None
-    ]
+    caps = [m.max_reattempts for p in stack for m in p.policies if m.max_reattempts is not None]
     cap = min(caps) if caps else None
 
     if policy.handler is not None:

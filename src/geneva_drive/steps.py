@@ -366,9 +366,7 @@ def validate_job_options(options: Any, context: str) -> dict[str, Any] | None:
 @overload
 def step(fn: Callable[..., Any], /) -> StepDefinition: ...
 @overload
-def step(
-    fn: None = None, /, **options: Any
-) -> Callable[[Callable[..., Any]], StepDefinition]: ...
+def step(fn: None = None, /, **options: Any) -> Callable[[Callable[..., Any]], StepDefinition]: ...
 def step(fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
     """Declare a step: ``@step``, ``@step(wait=...)``, or ``step(fn, ...)`` as a class attribute.
 

@@ -338,9 +338,7 @@ class Workflow(WorkflowColumns, Base):
 
         return resume_workflow(self)
 
-    def signal(
-        self, name: str, payload: Any = None, idempotency_key: str | None = None
-    ) -> Signal:
+    def signal(self, name: str, payload: Any = None, idempotency_key: str | None = None) -> Signal:
         """Deliver an event to this workflow, inside the caller's transaction."""
         from .signals import deliver_signal
 
