@@ -1,6 +1,7 @@
 """The Celery backend in this process: what is sent to the broker, when, and what the dispatcher
 sends later. Messages are read back from the real Redis server; no worker runs here, and the
-clock is frozen. Runs on every database backend (the dispatcher's queries are in queries.py).
+clock is frozen. Runs on every database backend (the dispatcher's queries are in
+queries/dispatch.py).
 """
 
 from __future__ import annotations

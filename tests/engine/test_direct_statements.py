@@ -16,7 +16,9 @@ from sqlalchemy import text, update
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
-from geneva_drive import StepExecution, direct, queries
+from geneva_drive import StepExecution, queries
+from geneva_drive.queries import bypass
+from geneva_drive.queries import executions as execution_queries
 from geneva_drive.states import ExecutionState
 from geneva_drive.testing import perform_next_step
 from tests.engine._support import executions
@@ -26,12 +28,12 @@ from tests.worker.apps import WorkerScaleThreeSteps
 
 def _direct_runs() -> int:
     """How often a statement was looked up for the direct path (only unobserved ones are)."""
-    info = direct._plan.cache_info()
+    info = bypass._plan.cache_info()
     return info.hits + info.misses
 
 
 def _update_shape(*keys: str, expected: tuple[str, ...] = ()) -> Any:
-    return queries._update_by_id(sa_inspect(StepExecution), keys, expected)
+    return bypass.update_by_id(sa_inspect(StepExecution), keys, expected)
 
 
 def test_an_unobserved_step_writes_through_the_dbapi_cursor(gd, session):
@@ -55,7 +57,7 @@ def test_an_unobserved_step_writes_through_the_dbapi_cursor(gd, session):
         "updated_at",
         expected=("state",),
     )
-    assert direct._plan(completion, dialect) is not None
+    assert bypass._plan(completion, dialect) is not None
     assert [(e.step_name, e.state) for e in executions(session, wf)] == [
         ("one", "completed"),
         ("two", "scheduled"),
@@ -119,7 +121,8 @@ def test_a_constraint_violation_is_raised_as_sqlalchemys_integrity_error(gd, ses
     before = _direct_runs()
 
     if gd.engine.dialect.insert_returning:
-        assert direct._plan(queries._insert_stmt(returning=True), gd.engine.dialect) is not None
+        insert = execution_queries._insert_stmt(returning=True)
+        assert bypass._plan(insert, gd.engine.dialect) is not None
     with pytest.raises(IntegrityError) as raised:
         queries.insert_execution(
             session,
@@ -155,7 +158,7 @@ def test_a_lock_timeout_in_a_direct_statement_is_transient(gd, session, db_backe
         else:
             waiter.execute(text("SET SESSION innodb_lock_wait_timeout = 1"))
         mine = waiter.get(StepExecution, execution.id)
-        assert direct._plan(_update_shape("state", "updated_at"), gd.engine.dialect) is not None
+        assert bypass._plan(_update_shape("state", "updated_at"), gd.engine.dialect) is not None
         with pytest.raises(OperationalError) as raised:
             queries.write_through(
                 waiter, mine, {"state": ExecutionState.CANCELED, "updated_at": execution.created_at}
@@ -175,8 +178,8 @@ def test_statements_with_expanding_parameters_take_sqlalchemys_path(gd, session)
     wf = WorkerScaleThreeSteps.create(session)
     session.commit()
 
-    assert direct._plan(stmt, gd.engine.dialect) is None
-    assert direct._plan(_update_shape("state"), gd.engine.dialect) is None  # onupdate default
-    assert direct.execute(session.connection(), stmt, {}) == 1
+    assert bypass._plan(stmt, gd.engine.dialect) is None
+    assert bypass._plan(_update_shape("state"), gd.engine.dialect) is None  # onupdate default
+    assert bypass.execute_direct(session.connection(), stmt, {}) == 1
     session.commit()
     assert executions(session, wf)[0].priority == 7

@@ -14,6 +14,7 @@ from sqlalchemy.orm.attributes import instance_state
 
 from geneva_drive import StepExecution, Workflow, queries, step
 from geneva_drive.executor import RunOptions, claim_and_run
+from geneva_drive.queries import claims
 from geneva_drive.states import ExecutionState
 from tests.engine._support import history
 
@@ -50,11 +51,11 @@ def test_a_claimed_workflow_is_its_own_class_loaded_clean_with_its_load_hooks_ru
     ClaimLoadsHooks.seen.clear()
     wf = ClaimLoadsHooks.create(session)
     session.commit()
-    before = queries._core_claim.cache_info().hits + queries._core_claim.cache_info().misses
+    before = claims._core_claim.cache_info().hits + claims._core_claim.cache_info().misses
 
     assert _claim_and_run(gd)
 
-    after = queries._core_claim.cache_info().hits + queries._core_claim.cache_info().misses
+    after = claims._core_claim.cache_info().hits + claims._core_claim.cache_info().misses
     if db_backend != "mariadb":  # MariaDB claims candidates first, then loads them by the ORM
         assert after > before  # the Core claim was the one that ran
     assert ClaimLoadsHooks.seen == [

@@ -1,0 +1,111 @@
+"""Every query geneva-drive runs, named and documented, one module per concern.
+
+- ``claims``: picking due executions for a worker, leases.
+- ``executions``: reading and writing execution rows (start, completion, sweep, history).
+- ``workflows``: workflow-row look-ups.
+- ``signals``: signal rows and the executions that wait for them.
+- ``housekeeping``: stuck rows, batched cleanup, gauges.
+- ``dispatch``: what an external queue (Celery) was sent and must be sent.
+- ``coordination``: NOTIFY/LISTEN and the housekeeping lock.
+- ``bypass``: the ORM bypass and the DBAPI short path (the one place relying on SQLAlchemy
+  internals), used by the modules above.
+
+Only the engine's modules call these. Lock order, everywhere: the workflow row first, then its
+execution rows. Holding the workflow row lock is what serialises everything that happens to one
+workflow (phase 1 and phase 3 of the executor, scheduling, signals, operator verbs,
+housekeeping); execution rows are only written by a holder of their workflow's lock.
+"""
+
+from __future__ import annotations
+
+from ._sql import (
+    is_transient,
+)
+from .bypass import (
+    lock_execution,
+    lock_workflow,
+    remember_workflow_lock,
+    write_through,
+)
+from .claims import (
+    claim_due_execution,
+    claim_execution,
+    expired_lease_ids,
+    extend_leases,
+    next_claimable_due_time,
+)
+from .coordination import (
+    listen_statement,
+    notify_due,
+    release_housekeeping_lock,
+    try_housekeeping_lock,
+)
+from .dispatch import (
+    delivery_facts,
+    executions_to_dispatch,
+    record_job_id,
+)
+from .executions import (
+    checkpoint_execution,
+    complete_in_one_statement,
+    consecutive_reattempt_count,
+    current_execution,
+    execution_history,
+    executions_of_step,
+    get_execution,
+    insert_execution,
+    newest_paused_marker,
+    start_both,
+    sweep_strays,
+)
+from .housekeeping import (
+    delete_executions_of_old_workflows,
+    delete_old_workflows,
+    delete_signals_of_old_workflows,
+    stuck_in_progress_ids,
+    stuck_scheduled_ids,
+    waiting_counts,
+    workflow_counts,
+)
+from .workflows import (
+    find_ongoing_duplicate,
+)
+
+__all__ = [
+    "checkpoint_execution",
+    "claim_due_execution",
+    "claim_execution",
+    "complete_in_one_statement",
+    "consecutive_reattempt_count",
+    "current_execution",
+    "delete_executions_of_old_workflows",
+    "delete_old_workflows",
+    "delete_signals_of_old_workflows",
+    "delivery_facts",
+    "execution_history",
+    "executions_of_step",
+    "executions_to_dispatch",
+    "expired_lease_ids",
+    "extend_leases",
+    "find_ongoing_duplicate",
+    "get_execution",
+    "insert_execution",
+    "is_transient",
+    "listen_statement",
+    "lock_execution",
+    "lock_workflow",
+    "newest_paused_marker",
+    "next_claimable_due_time",
+    "notify_due",
+    "record_job_id",
+    "release_housekeeping_lock",
+    "remember_workflow_lock",
+    "start_both",
+    "stuck_in_progress_ids",
+    "stuck_scheduled_ids",
+    "sweep_strays",
+    "try_housekeeping_lock",
+    "waiting_counts",
+    "workflow_counts",
+    "write_through",
+]

@@ -1,0 +1,402 @@
+"""Where geneva-drive steps around SQLAlchemy's ORM and execution layer, and why.
+
+Two shortcuts, both confined to this module (the only one relying on SQLAlchemy internals
+beyond the public API; the versions it is tested on are pinned in ``pyproject.toml``):
+
+**The ORM bypass.** The executor's own bookkeeping (states, stamps, leases) is written with
+Core ``UPDATE``/``INSERT`` statements rather than through the unit of work, and the loaded
+instances are brought in line by hand (``mark_written``, ``as_loaded``). Row locks taken in a
+transaction are remembered with their instances (``lock_workflow``/``lock_execution``), as is
+the transaction's connection, so re-locking costs no round trip.
+
+**The DBAPI short path.**
+A no-op step costs about three statements (two UPDATEs and an INSERT). Through SQLAlchemy's
+``Connection.execute`` each pays for the compiled-cache lookup, parameter construction, an
+execution context, a fresh cursor and a result object: about twice what the driver itself
+spends sending the statement and reading the reply. That machinery is most of the worker's
+CPU per step, and one worker process is bound by its CPU (the GIL).
+
+So the statements the executor runs on every step — defined as Core constructs in
+the ``queries`` package, like every other — are compiled here once per dialect, and run on the
+connection's DBAPI cursor with their bind processors applied by hand. The transaction is
+still SQLAlchemy's: the statement runs on the very connection the session has begun, and
+commits or rolls back with it.
+
+What SQLAlchemy would otherwise give, and how it is kept:
+
+* **Logging and instrumentation.** An application that logs SQL (``echo``, the
+  ``sqlalchemy.engine`` logger) or listens to cursor events (tracing, statement counters)
+  must see every statement. When anyone is watching, the statement goes through
+  ``Connection.execute`` as usual; only an unobserved connection takes the short path.
+* **Errors.** A DBAPI error is raised as SQLAlchemy's own wrapper (``IntegrityError``,
+  ``OperationalError``…), with ``connection_invalidated`` set for a lost connection, so
+  callers and ``queries.is_transient`` see exactly what the long path raises. The dead
+  connection is invalidated by SQLAlchemy when the transaction's rollback then fails.
+* **Schema translation.** A connection with a ``schema_translate_map`` takes the long path:
+  the compiled text here has no schema rewriting.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from sqlalchemy import (
+    Connection,
+    bindparam,
+    select,
+    update,
+)
+from sqlalchemy import inspect as sa_inspect
+from sqlalchemy.engine import Dialect
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.orm import Session, make_transient_to_detached
+from sqlalchemy.orm.attributes import set_committed_value
+
+from ..models import StepExecution
+from ._sql import workflow_model
+
+if TYPE_CHECKING:
+    from ..workflow import Workflow
+
+_SQL_LOGGER = logging.getLogger("sqlalchemy.engine")
+
+
+class _Plan(NamedTuple):
+    sql: str
+    # Positional dialects (SQLite's qmark): parameter names in placeholder order.
+    positions: tuple[str, ...] | None
+    processors: Mapping[str, Callable[[Any], Any]]
+    # Values the statement itself binds (literals such as a LIMIT), by name.
+    defaults: Mapping[str, Any]
+    returns_rows: bool
+    # Per column of the rows it returns: the type's result processor, if any has one.
+    row_processors: tuple[Callable[[Any], Any] | None, ...] | None
+
+
+def execute_direct(connection: Connection, stmt: Any, params: dict[str, Any]) -> Any:
+    """Run ``stmt`` with ``params``: its first row (None if none) if it returns rows, else its
+    rowcount.
+
+    ``stmt`` must be built once and reused (its identity keys the compiled form), and
+    ``params`` must give every parameter it binds, by the ``bindparam`` names.
+    """
+    plan = _plan(stmt, connection.dialect) if _unobserved(connection) else None
+    if plan is None:
+        result = connection.execute(stmt, params)
+        return result.first() if result.returns_rows else result.rowcount
+    processors = plan.processors
+    if plan.defaults:
+        params = {**plan.defaults, **params}
+    values = {
+        name: (processors[name](value) if name in processors else value)
+        for name, value in params.items()
+    }
+    bound: Any = values if plan.positions is None else [values[name] for name in plan.positions]
+    cursor = _cursor(connection)
+    try:
+        cursor.execute(plan.sql, bound)
+        if not plan.returns_rows:
+            return cursor.rowcount
+        # fetchall: a RETURNING statement left unfinished would stay open in the driver.
+        rows = cursor.fetchall()
+    except connection.dialect.loaded_dbapi.Error as error:
+        raise _wrapped(connection, plan.sql, bound, error, cursor) from error
+    if not rows:
+        return None
+    if plan.row_processors is None:
+        return rows[0]
+    return tuple(
+        value if process is None else process(value)
+        for process, value in zip(plan.row_processors, rows[0], strict=True)
+    )
+
+
+_CURSOR = "geneva_drive_direct_cursor"
+
+
+def _cursor(connection: Connection) -> Any:
+    """One cursor per DBAPI connection, kept for its lifetime.
+
+    Not only to save creating one: psycopg caches the adapter it found for each parameter
+    type on the cursor, and looking adapters up afresh (through each type's MRO) was the
+    larger part of sending a statement. Used by one thread at a time, like its connection.
+    """
+    fairy = connection.connection
+    dbapi_connection = fairy.dbapi_connection
+    kept = fairy.info.get(_CURSOR)
+    if kept is not None and kept[0] is dbapi_connection:  # not a reconnected record
+        return kept[1]
+    assert dbapi_connection is not None  # the connection of a begun transaction
+    cursor = dbapi_connection.cursor()
+    fairy.info[_CURSOR] = (dbapi_connection, cursor)
+    return cursor
+
+
+def _unobserved(connection: Connection) -> bool:
+    engine = connection.engine
+    dispatch = engine.dispatch
+    return not (
+        engine.echo
+        or _SQL_LOGGER.isEnabledFor(logging.INFO)
+        or dispatch.before_cursor_execute
+        or dispatch.after_cursor_execute
+        or dispatch.before_execute
+        or dispatch.after_execute
+        or engine.dialect.dispatch.handle_error
+        or connection.get_execution_options().get("schema_translate_map")
+    )
+
+
+@functools.lru_cache(maxsize=256)
+def _plan(stmt: Any, dialect: Dialect) -> _Plan | None:
+    compiled = stmt.compile(dialect=dialect)
+    if compiled.post_compile_params or compiled.literal_execute_params:
+        return None  # expanding parameters are rendered per execution: keep the long path
+    if compiled.insert_prefetch or compiled.update_prefetch:
+        return None  # a Python-side column default (onupdate=…) is computed per execution
+    processors: dict[str, Callable[[Any], Any]] = {}
+    defaults: dict[str, Any] = {}
+    for bind, name in compiled.bind_names.items():
+        if not bind.required and bind.callable is None:
+            defaults[name] = bind.value  # a literal of the statement (anonymous, e.g. LIMIT 1)
+        elif name != bind.key:
+            return None  # the dialect escaped the name: let SQLAlchemy map it
+        processor = bind.type.dialect_impl(dialect).bind_processor(dialect)
+        if processor is not None:
+            processors[name] = processor
+    positions = tuple(compiled.positiontup) if compiled.positional else None
+    columns = stmt.selected_columns if stmt.is_select else compiled.effective_returning or ()
+    row_processors = tuple(
+        column.type.dialect_impl(dialect).result_processor(dialect, None) for column in columns
+    )
+    return _Plan(
+        compiled.string,
+        positions,
+        processors,
+        defaults,
+        bool(columns),
+        row_processors if any(row_processors) else None,
+    )
+
+
+def _wrapped(connection: Connection, sql: str, params: Any, error: Any, cursor: Any) -> Exception:
+    dialect = connection.dialect
+    lost = dialect.is_disconnect(error, connection.connection.dbapi_connection, cursor)
+    # The class SQLAlchemy would raise for this DBAPI error (IntegrityError, OperationalError…).
+    wrapped: Exception = DBAPIError.instance(
+        sql,
+        params,
+        error,
+        dialect.loaded_dbapi.Error,
+        connection_invalidated=lost,
+        dialect=dialect,
+    )
+    return wrapped
+
+
+# -- the ORM bypass ------------------------------------------------------------------------
+
+
+def lock_workflow(session: Session, workflow_id: int) -> Workflow | None:
+    """``SELECT … FOR UPDATE`` the workflow row and refresh the instance from it.
+
+    On SQLite ``FOR UPDATE`` is not rendered; the transaction already holds the database write
+    lock from ``BEGIN IMMEDIATE`` (see ``engine.py``), which is stronger. Re-locking a row the
+    transaction already holds is re-entrant on every engine.
+    """
+    held = _held_workflow_locks(session)
+    cached = held.get(workflow_id) if held is not None else None
+    if cached is not None:
+        # Already locked and loaded in this very transaction: nobody else can have changed
+        # the row since, so this instance is the truth. Saves a round trip per scheduling
+        # call in phase 3, and phase 1's re-read after the claim.
+        return cached
+    stmt = (
+        select(workflow_model())
+        .where(workflow_model().id == workflow_id)
+        .with_for_update()
+        .execution_options(populate_existing=True)
+    )
+    workflow = session.execute(stmt).scalar_one_or_none()
+    if workflow is not None:
+        remember_workflow_lock(session, workflow_id, workflow)
+    return workflow
+
+
+_HELD = "geneva_drive_held_workflow_locks"
+
+
+def _held_workflow_locks(session: Session) -> dict[int, Workflow | None] | None:
+    """Workflow ids locked in the session's current top-level transaction (None: unknown).
+
+    Inside a savepoint we never trust the cache: rolling back to a savepoint releases the
+    row locks taken after it, so a lock remembered there may be gone.
+    """
+    entry = held_locks(session)
+    return None if entry is None else entry[0]
+
+
+def held_locks(
+    session: Session, *, create: bool = False
+) -> tuple[dict[int, Workflow | None], dict[int, StepExecution]] | None:
+    """(workflows, executions) locked and loaded in the current top-level transaction."""
+    if session.in_nested_transaction():
+        return None
+    transaction = session.get_transaction()
+    if transaction is None:
+        return None
+    entry = session.info.get(_HELD)
+    if entry is None or entry[0] is not transaction:
+        if not create:
+            return None
+        entry = session.info[_HELD] = (transaction, {}, {})
+    return entry[1], entry[2]
+
+
+def remember_workflow_lock(
+    session: Session, workflow_id: int, workflow: Workflow | None = None
+) -> None:
+    """Note that this transaction holds ``workflow_id``'s row lock (and its loaded instance;
+    the strong reference keeps it in the session's weak identity map)."""
+    held = held_locks(session, create=True)
+    if held is not None and (workflow is not None or workflow_id not in held[0]):
+        held[0][workflow_id] = workflow
+
+
+def lock_execution(session: Session, execution_id: int) -> StepExecution | None:
+    """Lock one execution row (only after its workflow row — see the module docstring)."""
+    held = held_locks(session)
+    cached = held[1].get(execution_id) if held is not None else None
+    if cached is not None:
+        # Locked and loaded by this transaction's claim: as current as a re-read would be.
+        return cached
+    stmt = (
+        select(StepExecution)
+        .where(StepExecution.id == execution_id)
+        .with_for_update()
+        .execution_options(populate_existing=True)
+    )
+    return session.execute(stmt).scalar_one_or_none()
+
+
+def write_through(
+    session: Session,
+    instance: Any,
+    values: dict[str, Any],
+    *,
+    expect: dict[str, Any] | None = None,
+) -> bool:
+    """Write ``values`` and the instance's pending column changes in one Core ``UPDATE``.
+
+    The executor's own bookkeeping (states, stamps, leases) goes this way rather than through
+    the unit of work: a flush costs several times the statement it emits, and it would run
+    twice per step. The loaded instance is kept in step with ``set_committed_value`` (the ORM
+    then has nothing left to flush for it), so later code reads what the row now holds.
+    ``values`` are by attribute name.
+
+    ``expect``: write only while these columns still hold these values (NULL-safe); the
+    rowcount is the check. False means nothing was written and the instance is untouched.
+    On PostgreSQL and MySQL/MariaDB the UPDATE takes the row lock, waiting for a holder and
+    re-checking the condition on the row it then finds. Without ``expect`` the caller
+    already holds the workflow row lock.
+    """
+    mapper = sa_inspect(type(instance))
+    state = sa_inspect(instance)
+    pending = state.committed_state
+    if pending:
+        columns = mapper.column_attrs
+        values = {
+            **{key: getattr(instance, key) for key in pending if key in columns},
+            **values,
+        }
+    stmt = update_by_id(mapper, tuple(values), tuple(expect or ()))
+    written = execute_direct(connection_of(session), stmt, update_params(instance, values, expect))
+    if expect and not written:
+        return False
+    mark_written(session, instance, values)
+    return True
+
+
+_CONNECTION = "geneva_drive_connection"
+
+
+def connection_of(session: Session) -> Connection:
+    """``session.connection()``, remembered for the session's current transaction.
+
+    The hot path asks for it once per statement, and the session's answer runs through its
+    transaction state machine each time. A transaction keeps one connection to its end
+    (savepoints included), so the remembered one is the same object.
+    """
+    transaction = session.get_transaction()
+    kept = session.info.get(_CONNECTION)
+    if kept is not None and transaction is not None and kept[0] is transaction:
+        connection: Connection = kept[1]
+        return connection
+    connection = session.connection()
+    session.info[_CONNECTION] = (session.get_transaction(), connection)
+    return connection
+
+
+def mark_written(session: Session, instance: Any, values: dict[str, Any]) -> None:
+    """Bring ``instance`` in line with the row an UPDATE just wrote ``values`` to."""
+    state = sa_inspect(instance)
+    if not state.modified and not state.expired_attributes:
+        # Nothing pending or expired: the loaded values are simply replaced, as a load does.
+        state.dict.update(values)
+        return
+    for key, value in values.items():
+        set_committed_value(instance, key, value)
+    if state.modified and not state.committed_state:
+        # Every pending column change went out with this UPDATE, but the session still lists
+        # the instance as modified and would run an (empty, yet costly) flush for it. This
+        # is what a flush itself does to the instances it wrote.
+        state._commit_all(state.dict, session.identity_map)
+
+
+@functools.lru_cache(maxsize=128)
+def update_by_id(
+    mapper: Any, keys: tuple[str, ...], expected: tuple[str, ...], prefix: str = ""
+) -> Any:
+    # Built once per shape: SQLAlchemy then reuses the compiled form from its cache.
+    table = mapper.local_table
+    columns = mapper.column_attrs
+    stmt = update(table).where(table.c.id == bindparam(f"{prefix}pk"))
+    for key in expected:
+        column = columns[key].columns[0]
+        stmt = stmt.where(column.is_not_distinct_from(bindparam(f"{prefix}e_{key}")))
+    return stmt.values({columns[key].columns[0]: bindparam(f"{prefix}v_{key}") for key in keys})
+
+
+def update_params(
+    instance: Any, values: dict[str, Any], expect: dict[str, Any] | None, prefix: str = ""
+) -> dict[str, Any]:
+    params = {f"{prefix}v_{key}": value for key, value in values.items()}
+    params[f"{prefix}pk"] = instance.id
+    if expect:
+        params.update({f"{prefix}e_{key}": value for key, value in expect.items()})
+    return params
+
+
+def as_loaded(
+    session: Session, mapper: Any, values: dict[str, Any], *, from_select: bool = False
+) -> Any:
+    """An instance of ``mapper`` holding ``values`` as loaded, persistent in ``session``.
+
+    What a SELECT would give, without the ORM's loading machinery: every column set as
+    loaded (none expired, so reading it never goes back to the database), made persistent
+    without a flush. The constructor would instead record each value as a change to flush.
+    Only for a session that does not hold this identity yet. ``from_select``: the values were
+    read, not written, so the class's ``load`` hooks (``@reconstructor``) run, as on a load.
+    """
+    manager = mapper.class_manager
+    instance = manager.new_instance()
+    state = sa_inspect(instance)
+    state.dict.update(values)
+    make_transient_to_detached(instance)
+    session.add(instance)
+    if from_select and manager.dispatch.load:
+        manager.dispatch.load(state, None)  # no Query behind it, as after Session.merge()
+    return instance

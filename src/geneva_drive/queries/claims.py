@@ -1,0 +1,288 @@
+"""Claiming due executions for a worker (SKIP LOCKED, the MariaDB two-step claim), and leases."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import (
+    bindparam,
+    func,
+    select,
+    update,
+)
+from sqlalchemy import inspect as sa_inspect
+from sqlalchemy.orm import Session
+
+from ..models import StepExecution
+from ..states import (
+    ExecutionState,
+    WorkflowState,
+)
+from ._sql import after_key, in_state, is_mysql, keyset, workflow_model
+from .bypass import as_loaded, connection_of, execute_direct, held_locks, remember_workflow_lock
+
+if TYPE_CHECKING:
+    from ..workflow import Workflow
+
+
+def _workflow_is_ready(wf: Any) -> Any:
+    """``state = 'ready'`` written so that no index on ``state`` can serve it.
+
+    Joined from the due executions, the workflow must be found by primary key. On a backlog
+    that arrives before ANALYZE has run, PostgreSQL believes one workflow is ready and picks
+    the state index instead, scanning every ready workflow for every due execution —
+    quadratic, 280 ms a claim at 1,400 due rows. ``state`` is NOT NULL, so the COALESCE
+    changes nothing but the plan.
+    """
+    return func.coalesce(wf.state, "") == WorkflowState.READY
+
+
+def claim_due_execution(
+    session: Session, now: datetime, queues: Sequence[str] | None
+) -> tuple[int, int] | None:
+    """Pick one due scheduled execution and lock it and its workflow row, skipping busy ones.
+
+    ``FOR UPDATE OF … SKIP LOCKED`` (see :func:`_claim_locked`) lets concurrent workers pass
+    over each other's rows instead of queueing behind them. Lower ``priority`` runs first,
+    then the earliest due. SQLite renders neither clause; its ``BEGIN IMMEDIATE`` transaction
+    is already the only writer.
+    """
+    return _claim(session, now, queues)
+
+
+def _claim(
+    session: Session, now: datetime, queues: Sequence[str] | None, execution_id: int | None = None
+) -> tuple[int, int] | None:
+    mysql = is_mysql(session)
+    params: dict[str, Any] = {"now": now}
+    if execution_id is not None:
+        params["execution_id"] = execution_id
+    if queues:
+        params["queues"] = list(queues)
+    stmt = _claim_stmt(by_id=execution_id is not None, queued=bool(queues), mysql=mysql)
+    if mysql:
+        # No FOR UPDATE OF on MariaDB: candidates without locks, then their workflow rows one
+        # by one (see the helper).
+        candidates = session.execute(stmt, params).all()
+        return _mysql_lock_first_claimable(session, candidates, now, queues)
+    return _claim_locked(session, stmt, params)
+
+
+@functools.lru_cache(maxsize=8)
+def _claim_stmt(*, by_id: bool, queued: bool, mysql: bool) -> Any:
+    """The claim, built once per shape (its compiled form is then cached by SQLAlchemy)."""
+    wf = workflow_model()
+    stmt = (
+        select(StepExecution.id, StepExecution.workflow_id)
+        .join(wf, wf.id == StepExecution.workflow_id)
+        .where(in_state(StepExecution.state, ExecutionState.SCHEDULED))
+        .where(StepExecution.scheduled_for <= bindparam("now"))
+        # Only ready workflows: a paused one keeps its row for resume(), and claiming it
+        # would be a no-op that a worker repeats forever.
+        .where(_workflow_is_ready(wf))
+    )
+    if by_id:
+        stmt = stmt.where(StepExecution.id == bindparam("execution_id"))
+    else:
+        stmt = stmt.order_by(StepExecution.priority, StepExecution.scheduled_for)
+    if queued:
+        stmt = stmt.where(StepExecution.queue.in_(bindparam("queues", expanding=True)))
+    if mysql:
+        return stmt if by_id else stmt.limit(MYSQL_CLAIM_CANDIDATES)
+    if not by_id:
+        stmt = stmt.limit(1)
+    return (
+        stmt.add_columns(StepExecution, wf)
+        .with_for_update(of=(wf, StepExecution), skip_locked=True)
+        # The rows it locks are the latest versions: refresh instances already loaded.
+        .execution_options(populate_existing=True)
+    )
+
+
+def _claim_locked(session: Session, stmt: Any, params: dict[str, Any]) -> tuple[int, int] | None:
+    """Run a claim on PostgreSQL/SQLite, loading and locking the execution and its workflow.
+
+    ``FOR UPDATE OF workflows, executions SKIP LOCKED``: the workflow lock is the one that
+    serialises everything (see the module docstring); the execution lock is what makes the
+    loaded execution current. Under READ COMMITTED a row lock re-reads the latest version of
+    each *locked* row and re-checks the WHERE (PostgreSQL's EvalPlanQual), so a row another
+    worker finished between our snapshot and our lock is either seen finished or not
+    returned — without it, the execution would be as of the statement's snapshot, and phase
+    1 would have to select it again. SKIP LOCKED never waits, so taking the two locks in one
+    statement cannot deadlock against the workflow-first order of everyone else.
+    """
+    if session.identity_map:
+        # Instances this session already holds must be refreshed in place: the ORM does it.
+        row = session.execute(stmt, params).first()
+        if row is None:
+            return None
+        execution, workflow = row[2], row[3]
+    else:
+        # A fresh session (every worker claim): the same statement through Core, and the two
+        # instances built from its row - a third of the cost of the ORM's loading.
+        core = _core_claim(stmt)
+        loaded = execute_direct(connection_of(session), core, params)
+        if loaded is None:
+            return None
+        labels = core.selected_columns.keys()
+        execution, workflow = _claimed_instances(session, dict(zip(labels, loaded, strict=True)))
+    remember_workflow_lock(session, workflow.id, workflow)
+    held = held_locks(session, create=True)
+    if held is not None:
+        held[1][execution.id] = execution
+    return (execution.id, workflow.id)
+
+
+@functools.lru_cache(maxsize=8)
+def _core_claim(stmt: Any) -> Any:
+    """The ORM claim ``stmt`` selecting plain, labelled columns of both rows instead."""
+    executions: Any = StepExecution.__table__
+    workflows: Any = workflow_model().__table__
+    columns = [c.label(f"e_{c.key}") for c in executions.c]
+    columns += [c.label(f"w_{c.key}") for c in workflows.c]
+    return stmt.with_only_columns(*columns).execution_options(populate_existing=False)
+
+
+def _claimed_instances(session: Session, values: dict[str, Any]) -> tuple[StepExecution, Workflow]:
+    execution_mapper = sa_inspect(StepExecution)
+    execution = as_loaded(
+        session,
+        execution_mapper,
+        {a.key: values[f"e_{a.columns[0].key}"] for a in execution_mapper.column_attrs},
+        from_select=True,
+    )
+    base = sa_inspect(workflow_model())
+    # The row's own class (a vanished class loads as the base: see workflow._FallbackIdentities).
+    mapper = base.polymorphic_map[values["w_type"]]
+    workflow = as_loaded(
+        session,
+        mapper,
+        {a.key: values[f"w_{a.columns[0].key}"] for a in base.column_attrs},
+        from_select=True,
+    )
+    return execution, workflow
+
+
+# MySQL/MariaDB: how many due executions one claim considers before reporting nothing due.
+# Only rows whose workflow is locked at this very moment (phase 1 or 3 of another worker) are
+# passed over, so a handful per worker thread is plenty.
+MYSQL_CLAIM_CANDIDATES = 16
+
+
+def _mysql_lock_first_claimable(
+    session: Session,
+    candidates: Sequence[Any],
+    now: datetime,
+    queues: Sequence[str] | None,
+) -> tuple[int, int] | None:
+    """The claim on MySQL/MariaDB: lock the first candidate's workflow row that is free.
+
+    MariaDB has no ``FOR UPDATE OF <table>``: on a join, ``FOR UPDATE SKIP LOCKED`` locks the
+    rows of both tables in whatever order the plan reads them (execution first, breaking the
+    workflow-first lock order), and with ``ORDER BY … LIMIT`` InnoDB may lock every due row it
+    sorted, not just the one returned. So the candidates are read without locks, and each
+    one's workflow row alone is locked with ``SKIP LOCKED`` — on the condition that the
+    execution is still claimable. That condition is a non-locking subquery (READ COMMITTED:
+    the latest committed state); InnoDB drops the lock again from a workflow row that fails
+    it. As on PostgreSQL, a claim that turns out stale by the time phase 1 re-reads the rows
+    under the lock is a harmless no-op there.
+    """
+    wf = workflow_model()
+    for execution_id, workflow_id in candidates:
+        claimable = (
+            select(StepExecution.id)
+            .where(StepExecution.id == execution_id)
+            .where(StepExecution.workflow_id == wf.id)
+            .where(in_state(StepExecution.state, ExecutionState.SCHEDULED))
+            .where(StepExecution.scheduled_for <= now)
+        )
+        if queues:
+            claimable = claimable.where(StepExecution.queue.in_(queues))
+        locked = session.execute(
+            select(wf.id)
+            .where(wf.id == workflow_id, wf.state == WorkflowState.READY, claimable.exists())
+            .with_for_update(skip_locked=True)
+        ).first()
+        if locked is not None:
+            remember_workflow_lock(session, workflow_id)
+            return execution_id, workflow_id
+    return None
+
+
+def claim_execution(
+    session: Session, execution_id: int, now: datetime, queues: Sequence[str] | None
+) -> tuple[int, int] | None:
+    """Claim one known execution the way :func:`claim_due_execution` claims any: eager continuation.
+
+    Same conditions and the same ``FOR UPDATE OF … SKIP LOCKED``, so a worker running the
+    step it just scheduled can never collide with another worker that saw the row too.
+    """
+    return _claim(session, now, queues, execution_id)
+
+
+def next_claimable_due_time(session: Session, queues: Sequence[str] | None) -> datetime | None:
+    """When the next execution a worker could claim falls due (ready workflows only).
+
+    Rows kept for a paused workflow's ``resume()`` are ignored: they are due in the past, and
+    an idle worker timing its sleep on them would spin. Written as "the first scheduled row
+    in due order whose workflow is ready" rather than ``MIN()`` over a join: the scheduled
+    rows' due-time index is walked in order and each workflow found by
+    primary key, stopping at the first ready one, so the cost does not grow with the tables
+    (``MIN()`` let PostgreSQL hash-join every workflow at 1M rows).
+    """
+    wf = workflow_model()
+    stmt = (
+        select(StepExecution.scheduled_for)
+        .join(wf, wf.id == StepExecution.workflow_id)
+        .where(in_state(StepExecution.state, ExecutionState.SCHEDULED), _workflow_is_ready(wf))
+        .order_by(StepExecution.scheduled_for)
+        .limit(1)
+    )
+    if queues:
+        stmt = stmt.where(StepExecution.queue.in_(queues))
+    return session.execute(stmt).scalar_one_or_none()
+
+
+def extend_leases(session: Session, worker_id: str, until: datetime, now: datetime) -> int:
+    """Heartbeat: push out the lease of every in-progress execution ``worker_id`` holds.
+
+    Only rows still ``in_progress``: one recovered by another worker (its lease had run out)
+    stays recovered — the recovery re-checks the lease under the row lock, and this UPDATE
+    re-checks the state after waiting for that lock, so the two never both win.
+    """
+    result = session.execute(
+        update(StepExecution)
+        .where(
+            StepExecution.lease_owner == worker_id,
+            in_state(StepExecution.state, ExecutionState.IN_PROGRESS),
+        )
+        .values(lease_expires_at=until, updated_at=now)
+        .execution_options(synchronize_session=False)
+    )
+    return int(getattr(result, "rowcount", 0) or 0)
+
+
+def expired_lease_ids(
+    session: Session, now: datetime, limit: int, after: tuple[datetime, int] | None = None
+) -> list[tuple[datetime, int]]:
+    """In-progress executions whose worker stopped heartbeating, oldest expiry first.
+
+    Uses the partial index ``ix_geneva_drive_step_executions_lease`` (in-progress rows only),
+    so the sweep every worker runs costs the same with 1k or 10M finished rows. Keyset
+    pagination by ``(lease_expires_at, id)``: a row that could not be recovered is passed over.
+    """
+    stmt = (
+        select(StepExecution.lease_expires_at, StepExecution.id)
+        .where(
+            in_state(StepExecution.state, ExecutionState.IN_PROGRESS),
+            StepExecution.lease_expires_at < now,
+        )
+        .order_by(StepExecution.lease_expires_at, StepExecution.id)
+        .limit(limit)
+    )
+    if after is not None:
+        stmt = stmt.where(after_key(StepExecution.lease_expires_at, StepExecution.id, after))
+    return keyset(session, stmt)

@@ -1,0 +1,86 @@
+"""External queues (Celery): what was sent for an execution, and what must be sent now."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from sqlalchemy import (
+    and_,
+    or_,
+    select,
+    update,
+)
+from sqlalchemy.orm import Session
+
+from ..models import StepExecution
+from ..states import (
+    ExecutionState,
+    WorkflowState,
+)
+from ._sql import in_state, workflow_model
+
+if TYPE_CHECKING:
+    from ..workflow import Workflow
+
+
+# -- external queues (Celery): what was sent, what must be sent --------------------------------
+
+
+def delivery_facts(session: Session, execution_id: int) -> tuple[str, datetime] | None:
+    """(state, scheduled_for) of one execution, or None: what a message's receiver checks first."""
+    row = session.execute(
+        select(StepExecution.state, StepExecution.scheduled_for).where(
+            StepExecution.id == execution_id
+        )
+    ).first()
+    return None if row is None else (row[0], row[1])
+
+
+def record_job_id(session: Session, execution_id: int, job_id: str | None, now: datetime) -> None:
+    """Remember the message that carries an execution (None: no message is out for it).
+
+    ``updated_at`` doubles as the time it was sent, which :func:`executions_to_dispatch` uses
+    to tell a lost message from a recent one. ``job_id`` is delivery bookkeeping, not workflow
+    state, so this one write goes without the workflow lock: a send never waits for a step.
+    """
+    session.execute(
+        update(StepExecution)
+        .where(StepExecution.id == execution_id)
+        .values(job_id=job_id, updated_at=now)
+        .execution_options(synchronize_session=False)
+    )
+
+
+def executions_to_dispatch(
+    session: Session, *, send_before: datetime, resend_before: datetime, limit: int
+) -> Sequence[tuple[StepExecution, Workflow]]:
+    """Scheduled executions of ready workflows that an external queue must be told about.
+
+    Never sent (``job_id`` is NULL) and due before ``send_before`` (now + the ETA horizon); or
+    sent before ``resend_before`` and due since before it — a message presumed lost. Paused
+    workflows' rows wait for ``resume()``. The outer ``scheduled_for`` bound lets the scheduled
+    rows' ``scheduled_for`` index do the work: cost follows due rows, not table size.
+    """
+    wf = workflow_model()
+    stmt = (
+        select(StepExecution, wf)
+        .join(wf, wf.id == StepExecution.workflow_id)
+        .where(
+            in_state(StepExecution.state, ExecutionState.SCHEDULED),
+            StepExecution.scheduled_for <= send_before,
+            wf.state == WorkflowState.READY,
+            or_(
+                StepExecution.job_id.is_(None),
+                and_(
+                    StepExecution.scheduled_for <= resend_before,
+                    StepExecution.updated_at <= resend_before,
+                ),
+            ),
+        )
+        .order_by(StepExecution.scheduled_for, StepExecution.id)
+        .limit(limit)
+        .execution_options(populate_existing=True)
+    )
+    return [(row[0], row[1]) for row in session.execute(stmt)]
