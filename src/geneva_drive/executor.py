@@ -14,7 +14,6 @@ the second run finds the row no longer ``scheduled`` and does nothing.
 
 from __future__ import annotations
 
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -23,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.orm import Session
 
-from . import events, queries, scheduling, serialization, signals
+from . import events, outcomes, queries, scheduling, serialization, signals, writer
 from .backends.base import EnqueuedStep, enqueue_after_commit
 from .config import Settings, settings
 from .errors import StepNotDefinedError
@@ -32,10 +31,8 @@ from .models import StepExecution
 from .policy import Decision, resolve
 from .states import (
     ExecutionState,
-    Outcome,
     WorkflowState,
     check_step_transition,
-    check_workflow_transition,
 )
 
 if TYPE_CHECKING:
@@ -89,10 +86,21 @@ class RunOptions:
 
 
 @dataclass(frozen=True)
-class Aborted:
-    """Phase 1 ended the run (a guard or precondition); ``error`` is raised after commit."""
+class NotClaimed:
+    """The claim found nothing due."""
+
+
+@dataclass(frozen=True)
+class Ended:
+    """Phase 1 ended the run without a body: a guard, a timer, a parked step, a duplicate.
+
+    ``error``: what stopped it, raised to the caller after the outcome was committed.
+    """
 
     error: BaseException | None = None
+
+
+PhaseOne = NotClaimed | Ended | Prepared
 
 
 def run_execution(
@@ -110,8 +118,8 @@ def run_execution(
     config = config or settings()
     options = options or RunOptions()
     with config.session_factory()() as session:
-        _, outcome = _phase1(session, options, config, execution_id=execution_id)
-        return _continue(session, outcome, options, config, reraise=reraise)
+        started = _phase1(session, options, config, execution_id=execution_id)
+        return _continue(session, started, options, config, reraise=reraise)
 
 
 def claim_and_run(
@@ -128,27 +136,22 @@ def claim_and_run(
     """
     config = config or settings()
     with config.session_factory()() as session:
-        claimed, outcome = _phase1(session, options, config, queues=queues, claim_id=execution_id)
-        if claimed:
-            _continue(session, outcome, options, config, reraise=False)
-        return claimed
+        started = _phase1(session, options, config, queues=queues, claim_id=execution_id)
+        if isinstance(started, NotClaimed):
+            return False
+        _continue(session, started, options, config, reraise=False)
+        return True
 
 
 def _continue(
-    session: Session,
-    outcome: Prepared | Aborted | None,
-    options: RunOptions,
-    config: Settings,
-    *,
-    reraise: bool,
+    session: Session, started: PhaseOne, options: RunOptions, config: Settings, *, reraise: bool
 ) -> StepExecution | None:
-    if isinstance(outcome, Aborted):
-        if outcome.error is not None and reraise:
-            raise outcome.error
+    """Phases 2 and 3 of a started step, then of each step chained after it."""
+    if isinstance(started, Ended) and started.error is not None and reraise:
+        raise started.error
+    if not isinstance(started, Prepared):
         return None
-    if outcome is None:
-        return None
-    prepared = outcome
+    prepared = started
     while True:
         result = _perform(session, prepared, options, config)
         error, chained = _finalize(session, prepared, result, config, options)
@@ -172,22 +175,23 @@ def _phase1(
     execution_id: int | None = None,
     queues: list[str] | None = None,
     claim_id: int | None = None,
-) -> tuple[bool, Prepared | Aborted | None]:
-    """Returns (whether an execution was found/claimed, what phase 1 decided). Commits."""
+) -> PhaseOne:
+    """Claim (unless given an id), run the guards and start the step, in one transaction.
+
+    An exception from the application's code in phase 1 (a precondition, a signal matcher,
+    the hero's loading) or any other unexpected error rolls the transaction back; it is then
+    recorded on the execution in a fresh one, through the exception policies exactly as an
+    error from the body is (:func:`_record_phase1_error`).
+    """
     try:
         with session.begin():
+            workflow_id = None
             if execution_id is None:
-                now = config.clock.now()
-                claimed = (
-                    queries.claim_due_execution(session, now, queues)
-                    if claim_id is None
-                    else queries.claim_execution(session, claim_id, now, queues)
-                )
+                claimed = _claim(session, config, queues, claim_id)
                 if claimed is None:
-                    return False, None
+                    return NotClaimed()
                 execution_id, workflow_id = claimed
-                return True, _prepare(session, execution_id, options, config, workflow_id)
-            return True, _prepare(session, execution_id, options, config)
+            return _prepare(session, execution_id, options, config, workflow_id)
     except Exception as error:
         if queries.is_transient(error):
             # A deadlock or lock timeout rolled phase 1 back: the row is still scheduled and
@@ -195,11 +199,18 @@ def _phase1(
             raise
         if execution_id is None:
             raise  # the claim itself failed: there is no execution to record anything on
-        # Unexpected trouble before the body (the transaction above rolled back): record it
-        # on the execution in a fresh transaction, let the policies decide, then re-raise.
         with session.begin():
-            _record_prepare_failure(session, execution_id, error, config)
-        return True, Aborted(error)
+            _record_phase1_error(session, execution_id, error, config)
+        return Ended(error)
+
+
+def _claim(
+    session: Session, config: Settings, queues: list[str] | None, claim_id: int | None
+) -> tuple[int, int] | None:
+    now = config.clock.now()
+    if claim_id is None:
+        return queries.claim_due_execution(session, now, queues)
+    return queries.claim_execution(session, claim_id, now, queues)
 
 
 def _prepare(
@@ -208,7 +219,37 @@ def _prepare(
     options: RunOptions,
     config: Settings,
     workflow_id: int | None = None,
-) -> Prepared | Aborted | None:
+) -> Ended | Prepared:
+    """The guards that need no step definition, in the gem's order, then the step's own."""
+    locked = _lock_both(session, execution_id, workflow_id, config)
+    if locked is None:
+        return Ended()
+    workflow, execution = locked
+    log = events.execution_logger(workflow, execution)
+    now = config.clock.now()
+    # 1. Idempotency: anything but "scheduled" means another run got here first.
+    if execution.state != ExecutionState.SCHEDULED:
+        log.info("already %s, skipping duplicate run", execution.state)
+        return Ended()
+    # 2. Workflow state. A paused workflow keeps its scheduled row for resume() (the gem
+    #    destroyed it); a finished or canceled one can never run it.
+    if workflow.state == WorkflowState.PAUSED:
+        log.info("workflow is paused; execution kept for resume()")
+        return Ended()
+    if workflow.state not in (WorkflowState.READY, WorkflowState.PERFORMING):
+        writer.apply(session, workflow, execution, outcomes.for_ended_workflow(), now)
+        return Ended()
+    # A signal timeout's timer row resolves its parked execution; it has no body to run.
+    if execution.is_timer:
+        signals.fire_timeout(session, workflow, execution, now)
+        return Ended()
+    return _guards_and_start(session, workflow, execution, options, now)
+
+
+def _lock_both(
+    session: Session, execution_id: int, workflow_id: int | None, config: Settings
+) -> tuple[Workflow, StepExecution] | None:
+    """Lock the workflow row, then the execution's (the lock order of ``queries``)."""
     if workflow_id is None:  # not claimed: find the workflow to lock first
         found = queries.get_execution(session, execution_id)
         if found is None:
@@ -219,26 +260,7 @@ def _prepare(
     execution = queries.lock_execution(session, execution_id)
     if workflow is None or execution is None:
         return None
-    log = events.execution_logger(workflow, execution)
-    now = config.clock.now()
-
-    # 1. Idempotency: anything but "scheduled" means another run got here first.
-    if execution.state != ExecutionState.SCHEDULED:
-        log.info("already %s, skipping duplicate run", execution.state)
-        return None
-    # 2. Workflow state. A paused workflow keeps its scheduled row for resume() (the gem
-    #    destroyed it); a finished or canceled one can never run it.
-    if workflow.state == WorkflowState.PAUSED:
-        log.info("workflow is paused; execution kept for resume()")
-        return None
-    if workflow.state not in (WorkflowState.READY, WorkflowState.PERFORMING):
-        _end(execution, ExecutionState.CANCELED, Outcome.CANCELED, now)
-        return None
-    # A signal timeout's timer row resolves its parked execution; it has no body to run.
-    if signals.is_timer(execution):
-        signals.fire_timeout(session, workflow, execution, now)
-        return None
-    return _guards_and_start(session, workflow, execution, options, config, now)
+    return workflow, execution
 
 
 def _guards_and_start(
@@ -246,104 +268,85 @@ def _guards_and_start(
     workflow: Workflow,
     execution: StepExecution,
     options: RunOptions,
-    config: Settings,
     now: datetime,
-) -> Prepared | Aborted | None:
-    log = events.execution_logger(workflow, execution)
-    cls = type(workflow)
-    # 3. The hero must still exist (unless the class opted out).
-    if not cls.may_proceed_without_hero and workflow.hero is None:
-        log.info("hero is gone; canceling the workflow")
-        _end(execution, ExecutionState.CANCELED, Outcome.CANCELED, now)
-        scheduling.transition(workflow, WorkflowState.CANCELED)
-        return None
-    # 4. The step must still be defined.
-    step_def = cls.steps.named(execution.step_name)
-    if step_def is None:
-        message = f"Step {execution.step_name!r} is not defined in {cls.__name__}"
-        execution.error_message = message
-        _end(execution, ExecutionState.FAILED, Outcome.FAILED, now)
-        scheduling.transition(workflow, WorkflowState.PAUSED)
-        return Aborted(StepNotDefinedError(message, step_execution=execution, workflow=workflow))
-    if step_def.removed:
-        log.info("step was removed from the code; skipping past it")
-        _end(execution, ExecutionState.SKIPPED, Outcome.SKIPPED, now)
-        signals.settle_signal_for_skipped(session, execution)
-        scheduling.transition(workflow, WorkflowState.READY)
-        scheduling.schedule_next_step(session, workflow)
-        return None
-    # 7. Preconditions.
-    payload = events.execution_payload(workflow, execution)
-    with events.instrument("precondition", payload):
-        try:
-            if cancel_conditions_hold(workflow):
-                payload["outcome"] = "canceled"
-                _end(execution, ExecutionState.CANCELED, Outcome.CANCELED, now)
-                scheduling.transition(workflow, WorkflowState.CANCELED)
-                return None
-            if step_def.should_skip(workflow):
-                payload["outcome"] = "skipped"
-                _end(execution, ExecutionState.SKIPPED, Outcome.SKIPPED, now)
-                signals.settle_signal_for_skipped(session, execution)
-                scheduling.transition(workflow, WorkflowState.READY)
-                workflow.next_step_name = execution.step_name
-                scheduling.schedule_next_step(session, workflow)
-                return None
-        except Exception as error:
-            payload["outcome"] = "exception"
-            payload["exception"] = error
-            _handle_failure(
-                session, workflow, execution, step_def, error, config, reason="precondition"
-            )
-            return Aborted(error)
-        payload["outcome"] = "passed"
+) -> Ended | Prepared:
+    """Guards 3 to 8 on a scheduled execution of a running workflow, then the start (9)."""
+    step_def = type(workflow).steps.named(execution.step_name)
+    plan, error = _guard_plan(workflow, execution, step_def)
+    if plan is None and step_def is not None:
+        plan = _precondition_plan(workflow, execution, step_def)
+    if plan is not None:
+        writer.apply(session, workflow, execution, plan, now, error=error)
+        return Ended(error)
+    assert step_def is not None  # _guard_plan decided on a missing one
     # 8. The signal gate: proceed with an attached signal, or park.
     signal = None
     if step_def.waits_for_signal:
         signal = signals.gate(session, workflow, execution, step_def)
         if signal is None:
-            return None
-    # 9. Start: the execution's and the workflow's UPDATE under the locks phase 1 holds.
-    check_step_transition(execution.state, ExecutionState.IN_PROGRESS)
-    check_workflow_transition(workflow.state, WorkflowState.PERFORMING)
-    performing: dict[str, Any] = {
-        "state": WorkflowState.PERFORMING,
-        "current_step_name": step_def.name,
-        "updated_at": now,
-    }
-    if workflow.started_at is None:
-        performing["started_at"] = now
-    started = {**_started_columns(now, options), "updated_at": now}
-    queries.start_both(session, execution, started, workflow, performing)
+            return Ended()
+    # 9. Start, under the locks phase 1 holds.
+    started = writer.lease_columns(now, options.worker_id, options.lease)
+    writer.start(session, workflow, execution, step_def, now, started)
     return Prepared(workflow, execution, step_def, signal)
 
 
-def _record_prepare_failure(
+def _guard_plan(
+    workflow: Workflow, execution: StepExecution, step_def: StepDefinition | None
+) -> tuple[outcomes.Plan | None, StepNotDefinedError | None]:
+    """Guards 3 to 5: the hero still exists, the step is defined and not removed."""
+    cls = type(workflow)
+    log = events.execution_logger(workflow, execution)
+    if not cls.may_proceed_without_hero and workflow.hero is None:
+        log.info("hero is gone; canceling the workflow")
+        return outcomes.for_missing_hero(), None
+    if step_def is None:
+        message = f"Step {execution.step_name!r} is not defined in {cls.__name__}"
+        error = StepNotDefinedError(message, step_execution=execution, workflow=workflow)
+        return outcomes.for_undefined_step(), error
+    if step_def.removed:
+        log.info("step was removed from the code; skipping past it")
+        return outcomes.for_removed_step(), None
+    return None, None
+
+
+def _precondition_plan(
+    workflow: Workflow, execution: StepExecution, step_def: StepDefinition
+) -> outcomes.Plan | None:
+    """Guards 6 and 7: ``cancel_if`` conditions, then ``skip_if``. Their errors propagate."""
+    payload = events.execution_payload(workflow, execution)
+    with events.instrument("precondition", payload):
+        try:
+            if cancel_conditions_hold(workflow):
+                payload["outcome"] = "canceled"
+                return outcomes.for_cancel_condition()
+            if step_def.should_skip(workflow):
+                payload["outcome"] = "skipped"
+                return outcomes.for_skip_condition()
+        except Exception as error:
+            payload["outcome"] = "exception"
+            payload["exception"] = error
+            raise
+        payload["outcome"] = "passed"
+    return None
+
+
+def _record_phase1_error(
     session: Session, execution_id: int, error: BaseException, config: Settings
 ) -> None:
-    execution = queries.get_execution(session, execution_id)
-    if execution is None:
+    """Record an error raised in phase 1 (rolled back) on the still scheduled execution.
+
+    Resolved by the exception policies and counted towards the reattempt cap exactly like an
+    error from the body, with ``reattempt_reason`` ``precondition``.
+    """
+    locked = _lock_both(session, execution_id, None, config)
+    if locked is None or locked[1].state != ExecutionState.SCHEDULED:
         return
-    workflow = queries.lock_workflow(session, execution.workflow_id)
-    execution = queries.lock_execution(session, execution_id)
-    if workflow is None or execution is None or execution.state != ExecutionState.SCHEDULED:
-        return
+    workflow, execution = locked
     now = config.clock.now()
-    _store_error(execution, error)
-    _end(execution, ExecutionState.FAILED, Outcome.FAILED, now)
     step_def = type(workflow).steps.named(execution.step_name)
-    decision = _decide(session, workflow, execution, step_def, error, config)
-    if decision.action is Action.REATTEMPT:
-        scheduling.transition(workflow, WorkflowState.READY)
-        _reschedule(session, workflow, execution, step_def, decision.wait)
-    elif decision.action is Action.CANCEL:
-        scheduling.transition(workflow, WorkflowState.CANCELED)
-    elif decision.action is Action.SKIP:
-        scheduling.transition(workflow, WorkflowState.READY)
-        workflow.next_step_name = execution.step_name
-        scheduling.schedule_next_step(session, workflow)
-    else:
-        scheduling.transition(workflow, WorkflowState.PAUSED)
+    plan = _error_plan(session, workflow, execution, step_def, error, config, "precondition")
+    writer.apply(session, workflow, execution, plan, now, error=error)
 
 
 def cancel_conditions_hold(workflow: Workflow) -> bool:
@@ -429,7 +432,7 @@ def _describe(result: Result) -> str:
 def _finalize(
     session: Session, prepared: Prepared, result: Result, config: Settings, options: RunOptions
 ) -> tuple[BaseException | None, Prepared | None]:
-    """Record the outcome and schedule what comes next.
+    """Record the outcome and schedule what comes next, with the body's writes.
 
     Returns the step's error, if any, and the next step when it was started in the same
     transaction (chaining, see :func:`_complete`).
@@ -440,6 +443,7 @@ def _finalize(
         result = _save_body_writes(session, prepared, result, config)
     if isinstance(result, Failed):
         session.rollback()  # the body's writes must not land with a failure
+    error = result.error if isinstance(result, Failed) else None
     with events.instrument("finalize", payload):
         try:
             if isinstance(result, Completed):
@@ -458,27 +462,73 @@ def _finalize(
                 )
                 session.rollback()
                 return None, None
-            if workflow.next_step_name == execution.step_name:
-                # Navigation reads next_step_name alike; clearing this first lets the workflow
-                # row be written once, together with the rest of the outcome.
-                workflow.current_step_name = None
-            error = _apply(session, workflow, execution, prepared.step_def, result, config)
-            workflow.current_step_name = None
-            execution.lease_owner = None
-            execution.lease_expires_at = None
+            plan = _result_plan(session, workflow, execution, prepared.step_def, result, config)
+            # An operator's pause holds whatever the plan: the move is theirs, not ours.
+            guarded = workflow.state != WorkflowState.PAUSED
+            now = config.clock.now()
+            writer.apply(session, workflow, execution, plan, now, error=error, guarded=guarded)
             payload["workflow_state"] = workflow.state
             payload["step_state"] = execution.state
             session.commit()
-        except BaseException as error:
+        except BaseException as failure:
             session.rollback()
-            if isinstance(error, Exception) and queries.is_transient(error):
+            if isinstance(failure, Exception) and queries.is_transient(failure):
                 # The outcome and the body's writes were rolled back together. Hand the
                 # execution back now rather than leave it in progress under our live lease
                 # (the heartbeat would keep it from ever being recovered).
-                _release_after_transient_error(session, execution_id, error, config)
+                _release_after_transient_error(session, execution_id, failure, config)
             raise
     prepared.workflow, prepared.execution = workflow, execution
     return error, None
+
+
+def _result_plan(
+    session: Session,
+    workflow: Workflow,
+    execution: StepExecution,
+    step_def: StepDefinition,
+    result: Result,
+    config: Settings,
+) -> outcomes.Plan:
+    """What the body's result means, given what an operator did to the workflow meanwhile."""
+    canceled = workflow.state == WorkflowState.CANCELED
+    resumable = step_def.resumable
+    if isinstance(result, Completed):
+        plan = outcomes.for_completion()
+    elif isinstance(result, Interrupted):
+        plan = outcomes.for_interruption(result.wait)
+    elif isinstance(result, FlowControl):
+        plan = outcomes.for_flow_control(
+            result.action, resumable=resumable, wait=result.wait, rewind=result.rewind
+        )
+    elif canceled:  # nothing follows a canceled workflow: no policy to ask, nothing to report
+        plan = outcomes.for_error(Action.PAUSE, resumable=resumable, wait=None, reason="")
+    else:
+        plan = _error_plan(
+            session, workflow, execution, step_def, result.error, config, "exception_policy"
+        )
+    if canceled:
+        return outcomes.while_canceled(plan)
+    if workflow.state == WorkflowState.PAUSED:
+        return outcomes.while_paused(plan, interrupted=isinstance(result, Interrupted))
+    return plan
+
+
+def _error_plan(
+    session: Session,
+    workflow: Workflow,
+    execution: StepExecution,
+    step_def: StepDefinition | None,
+    error: BaseException,
+    config: Settings,
+    reason: str,
+) -> outcomes.Plan:
+    """The exception policies' decision on ``error``, as a plan; the one path for every error."""
+    decision = _decide(session, workflow, execution, step_def, error, config)
+    resumable = step_def is not None and step_def.resumable
+    return outcomes.for_error(
+        decision.action, resumable=resumable, wait=decision.wait, reason=reason
+    )
 
 
 def _save_body_writes(
@@ -536,63 +586,20 @@ def _complete(
     if session.is_modified(workflow, include_collections=False):
         return False, None
     now = config.clock.now()
-    following = type(workflow).steps.next_after(workflow.current_step_name)
-    chain = direct = False
-    navigation: dict[str, Any]
-    if following is None:
-        navigation = {
-            "state": WorkflowState.FINISHED,
-            "transitioned_at": now,
-            "current_step_name": None,
-            "next_step_name": None,
-        }
-    else:
-        job_options = workflow.merged_job_options(following)
-        queue = str(job_options.get("queue") or "default")
-        chain = options.chain is not None and not following.wait_delta and options.chain(queue)
-        direct = chain and _nothing_to_check(workflow, following)
-        navigation = {
-            "state": WorkflowState.PERFORMING if direct else WorkflowState.READY,
-            "current_step_name": following.name if direct else None,
-            "next_step_name": following.name,
-        }
+    after = _after_completion(workflow, options, now)
     as_started = {
         "state": workflow.state,
         "current_step_name": workflow.current_step_name,
         "next_step_name": workflow.next_step_name,
         "transitioned_at": workflow.transitioned_at,
     }
-    navigation["updated_at"] = now
-    check_step_transition(execution.state, ExecutionState.COMPLETED)
-    done = {
-        "state": ExecutionState.COMPLETED,
-        "outcome": Outcome.SUCCESS,
-        "completed_at": now,
-        "finished_at": now,
-        "lease_owner": None,
-        "lease_expires_at": None,
-        "updated_at": now,
-    }
-    created: StepExecution | None = None
-    new_row = None
-    if following is not None:
-        new_row = scheduling.execution_values(
-            workflow,
-            following,
-            now=now,
-            wait=following.wait_delta,
-            started=_started_columns(now, options) if direct else None,
-            options=job_options,
-        )
-    if _one_statement(session, execution, following is None or direct):
-        wrote_workflow, wrote_execution, created = queries.complete_in_one_statement(
-            session, workflow, navigation, as_started, execution, done, new_row
-        )
-    else:
-        wrote_workflow = queries.write_through(session, workflow, navigation, expect=as_started)
-        wrote_execution = wrote_workflow and queries.write_through(
-            session, execution, done, expect={"state": ExecutionState.IN_PROGRESS}
-        )
+    plan = outcomes.for_completion()
+    check_step_transition(execution.state, plan.state)
+    done = {**outcomes.ended_columns(plan, now), "updated_at": now}
+    completer = writer.completer_for(session.get_bind().dialect)
+    wrote_workflow, wrote_execution, created = completer.complete(
+        session, workflow, after.navigation, as_started, execution, done, after.row
+    )
     if not wrote_workflow:
         return False, None
     queries.remember_workflow_lock(session, workflow.id, workflow)
@@ -604,35 +611,80 @@ def _complete(
         session.rollback()
         return True, None
     signals.record_clean_resolution(session, execution)
-    chained: Prepared | Aborted | None = None
-    if following is not None and new_row is not None:
-        if created is None:
-            created = queries.insert_execution(session, new_row)
-        if direct:
-            chained = _started_directly(workflow, created, following)
-        elif chain:
-            chained = _start_chained(session, workflow, created, following, options, config)
-        else:
-            wake = EnqueuedStep.for_execution(workflow, created, job_options)
-            enqueue_after_commit(session, wake)
+    chained = None
+    if created is not None and after.step is not None:
+        chained = _hand_on(session, workflow, created, after, options, now)
     payload["workflow_state"] = workflow.state
     payload["step_state"] = execution.state
     session.commit()
-    return True, chained if isinstance(chained, Prepared) else None
+    return True, chained
 
 
-def _one_statement(session: Session, execution: StepExecution, inserts_started: bool) -> bool:
-    """Whether phase 3's writes can go as one statement (``queries.complete_in_one_statement``).
+@dataclass(frozen=True)
+class _AfterCompletion:
+    """What follows a completed step on the fast path, decided before anything is written.
 
-    PostgreSQL only (data-modifying CTEs), for a finished workflow or a next step inserted
-    already started, an execution that settles no signal, and nothing pending on it.
+    ``chain``: the next step starts in this transaction and runs on this thread. ``direct``:
+    nothing can keep it from starting, so its row is inserted already in progress.
     """
-    return (
-        inserts_started
-        and execution.signal_id is None
-        and session.get_bind().dialect.name == "postgresql"
-        and not session.is_modified(execution, include_collections=False)
+
+    step: StepDefinition | None
+    navigation: dict[str, Any]
+    row: dict[str, Any] | None
+    job_options: dict[str, Any]
+    chain: bool = False
+    direct: bool = False
+
+
+def _after_completion(workflow: Workflow, options: RunOptions, now: datetime) -> _AfterCompletion:
+    following = type(workflow).steps.next_after(workflow.current_step_name)
+    if following is None:
+        finished = {
+            "state": WorkflowState.FINISHED,
+            "transitioned_at": now,
+            "current_step_name": None,
+            "next_step_name": None,
+            "updated_at": now,
+        }
+        return _AfterCompletion(None, finished, None, {})
+    job_options = workflow.merged_job_options(following)
+    queue = str(job_options.get("queue") or "default")
+    chain = options.chain is not None and not following.wait_delta and options.chain(queue)
+    direct = chain and _nothing_to_check(workflow, following)
+    navigation = {
+        "state": WorkflowState.PERFORMING if direct else WorkflowState.READY,
+        "current_step_name": following.name if direct else None,
+        "next_step_name": following.name,
+        "updated_at": now,
+    }
+    started = writer.lease_columns(now, options.worker_id, options.lease) if direct else None
+    row = scheduling.execution_values(
+        workflow,
+        following,
+        now=now,
+        wait=following.wait_delta,
+        started=started,
+        options=job_options,
     )
+    return _AfterCompletion(following, navigation, row, job_options, chain, direct)
+
+
+def _hand_on(
+    session: Session,
+    workflow: Workflow,
+    created: StepExecution,
+    after: _AfterCompletion,
+    options: RunOptions,
+    now: datetime,
+) -> Prepared | None:
+    """The next step, just inserted: run it here next (chaining), or wake a worker for it."""
+    assert after.step is not None
+    if after.direct:
+        return _started_directly(workflow, created, after.step)
+    if after.chain:
+        return _start_chained(session, workflow, created, after.step, options, now)
+    enqueue_after_commit(session, EnqueuedStep.for_execution(workflow, created, after.job_options))
+    return None
 
 
 def _nothing_to_check(workflow: Workflow, step_def: StepDefinition) -> bool:
@@ -647,15 +699,6 @@ def _no_preconditions(workflow: Workflow, step_def: StepDefinition) -> bool:
         and step_def.skip_if is None
         and not step_def.waits_for_signal
     )
-
-
-def _started_columns(now: datetime, options: RunOptions) -> dict[str, Any]:
-    """An execution's columns as phase 1 leaves them when it starts the step."""
-    columns: dict[str, Any] = {"state": ExecutionState.IN_PROGRESS, "started_at": now}
-    if options.worker_id is not None:
-        columns["lease_owner"] = options.worker_id
-        columns["lease_expires_at"] = now + (options.lease or timedelta(seconds=30))
-    return columns
 
 
 def _started_directly(
@@ -674,8 +717,8 @@ def _start_chained(
     execution: StepExecution,
     step_def: StepDefinition,
     options: RunOptions,
-    config: Settings,
-) -> Prepared | Aborted | None:
+    now: datetime,
+) -> Prepared | None:
     """Phase 1 of the next step inside the transaction that completed its predecessor.
 
     Should anything fail unexpectedly here, only the next step's start is undone: the
@@ -684,7 +727,6 @@ def _start_chained(
     The hero is read before anything is written for the next step; guards that run
     application code or a signal gate run in a savepoint.
     """
-    now = config.clock.now()
     cls = type(workflow)
     # The guards read the hero and may query: let them find the rows as a claim's phase 1
     # would, with the predecessor's writes in place.
@@ -698,10 +740,12 @@ def _start_chained(
             _leave_scheduled(session, workflow, execution, step_def, error)
             return None
     if _no_preconditions(workflow, step_def):
-        return _guards_and_start(session, workflow, execution, options, config, now)
+        started = _guards_and_start(session, workflow, execution, options, now)
+        return started if isinstance(started, Prepared) else None
     try:
         with session.begin_nested():
-            return _guards_and_start(session, workflow, execution, options, config, now)
+            started = _guards_and_start(session, workflow, execution, options, now)
+        return started if isinstance(started, Prepared) else None
     except Exception as error:
         # Instances may hold values the savepoint's rollback took back from the rows.
         session.expire(workflow)
@@ -745,148 +789,6 @@ def _release_after_transient_error(
         )
 
 
-def _apply(
-    session: Session,
-    workflow: Workflow,
-    execution: StepExecution,
-    step_def: StepDefinition,
-    result: Result,
-    config: Settings,
-) -> BaseException | None:
-    now = config.clock.now()
-    external = workflow.state  # paused or canceled by an operator while the step ran
-    if external == WorkflowState.CANCELED:
-        # The step's result is kept, but nothing follows a canceled workflow.
-        _record_only(execution, step_def, result, now)
-        return result.error if isinstance(result, Failed) else None
-    if external == WorkflowState.PAUSED and isinstance(result, Interrupted):
-        _end(execution, ExecutionState.COMPLETED, Outcome.WORKFLOW_PAUSED, now)
-        return None
-    paused_at = workflow.transitioned_at
-    if external == WorkflowState.PAUSED:
-        workflow.state = WorkflowState.PERFORMING  # decide as if running; the pause is restored
-    if isinstance(result, Failed):
-        _handle_failure(session, workflow, execution, step_def, result.error, config)
-        error: BaseException | None = result.error
-    else:
-        _handle_success_or_flow(session, workflow, execution, step_def, result, now)
-        error = None
-    if external == WorkflowState.PAUSED and workflow.state == WorkflowState.READY:
-        # Paused from outside mid-step: keep the pause; the next execution waits for resume().
-        workflow.state = WorkflowState.PAUSED
-        workflow.transitioned_at = paused_at
-    return error
-
-
-def _record_only(
-    execution: StepExecution, step_def: StepDefinition, result: Result, now: datetime
-) -> None:
-    if isinstance(result, Failed):
-        _store_error(execution, result.error)
-        _end(execution, ExecutionState.FAILED, Outcome.CANCELED, now)
-    elif isinstance(result, FlowControl) and result.action is Action.SKIP:
-        _end(execution, ExecutionState.SKIPPED, Outcome.SKIPPED, now)
-    elif isinstance(result, Interrupted) or (
-        isinstance(result, FlowControl) and result.action in (Action.CANCEL, Action.PAUSE)
-    ):
-        # A resumable step that stopped at a checkpoint on a canceled workflow did not finish.
-        _end(execution, ExecutionState.CANCELED, Outcome.CANCELED, now)
-    else:
-        _end(execution, ExecutionState.COMPLETED, Outcome.SUCCESS, now)
-
-
-def _handle_success_or_flow(
-    session: Session,
-    workflow: Workflow,
-    execution: StepExecution,
-    step_def: StepDefinition,
-    result: Result,
-    now: datetime,
-) -> None:
-    if isinstance(result, Completed):
-        _end(execution, ExecutionState.COMPLETED, Outcome.SUCCESS, now)
-        signals.record_clean_resolution(session, execution)
-        scheduling.transition(workflow, WorkflowState.READY)
-        scheduling.schedule_next_step(session, workflow)
-        return
-    if isinstance(result, Interrupted):
-        _end(execution, ExecutionState.COMPLETED, Outcome.CONTINUED, now)
-        scheduling.transition(workflow, WorkflowState.READY)
-        scheduling.create_successor_execution(session, workflow, execution, wait=result.wait)
-        return
-    assert isinstance(result, FlowControl)
-    action = result.action
-    if action is Action.CANCEL:
-        _end(execution, ExecutionState.CANCELED, Outcome.CANCELED, now)
-        scheduling.transition(workflow, WorkflowState.CANCELED)
-    elif action is Action.PAUSE:
-        if step_def.resumable:
-            _end(execution, ExecutionState.COMPLETED, Outcome.WORKFLOW_PAUSED, now)
-        else:
-            _end(execution, ExecutionState.CANCELED, Outcome.CANCELED, now)
-        scheduling.transition(workflow, WorkflowState.PAUSED)
-    elif action is Action.REATTEMPT:
-        if step_def.resumable and result.rewind:
-            execution.cursor = None
-        execution.write_metadata("reattempt_reason", "flow_control")
-        _end(execution, ExecutionState.COMPLETED, Outcome.REATTEMPTED, now)
-        scheduling.transition(workflow, WorkflowState.READY)
-        _reschedule(session, workflow, execution, step_def, result.wait, rewind=result.rewind)
-    elif action is Action.SKIP:
-        _end(execution, ExecutionState.SKIPPED, Outcome.SKIPPED, now)
-        signals.record_clean_resolution(session, execution)
-        scheduling.transition(workflow, WorkflowState.READY)
-        scheduling.schedule_next_step(session, workflow)
-    elif action is Action.FINISH:
-        _end(execution, ExecutionState.COMPLETED, Outcome.SUCCESS, now)
-        signals.record_clean_resolution(session, execution)
-        scheduling.transition(workflow, WorkflowState.FINISHED)
-        scheduling.finish_workflow(workflow)
-    elif action is Action.SUSPEND:
-        _end(execution, ExecutionState.COMPLETED, Outcome.CONTINUED, now)
-        scheduling.transition(workflow, WorkflowState.READY)
-        scheduling.create_successor_execution(session, workflow, execution, wait=result.wait)
-
-
-def _handle_failure(
-    session: Session,
-    workflow: Workflow,
-    execution: StepExecution,
-    step_def: StepDefinition,
-    error: BaseException,
-    config: Settings,
-    *,
-    reason: str = "exception_policy",
-) -> None:
-    now = config.clock.now()
-    decision = _decide(session, workflow, execution, step_def, error, config)
-    action = decision.action
-    if action is Action.REATTEMPT:
-        execution.write_metadata("reattempt_reason", reason)
-        execution.write_metadata("exception", _exception_info(error))
-        _end(execution, ExecutionState.COMPLETED, Outcome.REATTEMPTED, now)
-        scheduling.transition(workflow, WorkflowState.READY)
-        _reschedule(session, workflow, execution, step_def, decision.wait)
-    elif action is Action.CANCEL:
-        _store_error(execution, error)
-        _end(execution, ExecutionState.FAILED, Outcome.CANCELED, now)
-        scheduling.transition(workflow, WorkflowState.CANCELED)
-    elif action is Action.SKIP:
-        _end(execution, ExecutionState.SKIPPED, Outcome.SKIPPED, now)
-        signals.record_clean_resolution(session, execution)
-        scheduling.transition(workflow, WorkflowState.READY)
-        workflow.next_step_name = execution.step_name
-        scheduling.schedule_next_step(session, workflow)
-    elif action is Action.FINISH:
-        _end(execution, ExecutionState.COMPLETED, Outcome.SUCCESS, now)
-        signals.record_clean_resolution(session, execution)
-        scheduling.finish_workflow(workflow)
-    else:
-        _store_error(execution, error)
-        _end(execution, ExecutionState.FAILED, Outcome.FAILED, now)
-        scheduling.transition(workflow, WorkflowState.PAUSED)
-
-
 def _decide(
     session: Session,
     workflow: Workflow,
@@ -916,64 +818,3 @@ def _decide(
         except Exception:
             config.logger.exception("the error reporter itself failed")
     return decision
-
-
-def _reschedule(
-    session: Session,
-    workflow: Workflow,
-    execution: StepExecution,
-    step_def: StepDefinition | None,
-    wait: timedelta | None,
-    *,
-    rewind: bool = False,
-) -> None:
-    if workflow.next_step_name != execution.step_name:
-        workflow.current_step_name = execution.step_name  # e.g. perform_step_inline
-    if step_def is not None and step_def.resumable:
-        scheduling.create_successor_execution(
-            session, workflow, execution, wait=wait, rewind=rewind
-        )
-    else:
-        scheduling.reschedule_current_step(session, workflow, wait=wait)
-
-
-# -- small helpers ---------------------------------------------------------------------------
-
-_STAMPS = {
-    ExecutionState.COMPLETED: "completed_at",
-    ExecutionState.FAILED: "failed_at",
-    ExecutionState.CANCELED: "canceled_at",
-    ExecutionState.SKIPPED: "skipped_at",
-}
-
-
-def _end(execution: StepExecution, state: ExecutionState, outcome: Outcome, now: datetime) -> None:
-    check_step_transition(execution.state, state)
-    execution.state = state
-    execution.outcome = outcome
-    setattr(execution, _STAMPS[state], now)
-    execution.finished_at = now
-    execution.lease_owner = None
-    execution.lease_expires_at = None
-
-
-def _exception_info(error: BaseException) -> dict[str, Any]:
-    return {
-        "class": _qualified(error),
-        "message": str(error),
-        "backtrace": traceback.format_exception(error)[-20:],
-    }
-
-
-def _store_error(execution: StepExecution, error: BaseException) -> None:
-    execution.error_class_name = _qualified(error)
-    execution.error_message = str(error)
-    execution.error_backtrace = "".join(traceback.format_exception(error))
-    execution.write_metadata("exception", _exception_info(error))
-
-
-def _qualified(error: BaseException) -> str:
-    cls = type(error)
-    if cls.__module__ == "builtins":
-        return cls.__qualname__
-    return f"{cls.__module__}.{cls.__qualname__}"

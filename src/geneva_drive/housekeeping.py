@@ -35,9 +35,9 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.orm import Session
 
-from . import events, queries, scheduling
+from . import events, outcomes, queries, writer
 from .config import Settings, settings
-from .states import TERMINAL_WORKFLOW_STATES, ExecutionState, Outcome, WorkflowState
+from .states import TERMINAL_WORKFLOW_STATES, ExecutionState, WorkflowState
 
 if TYPE_CHECKING:
     from .models import StepExecution
@@ -102,53 +102,28 @@ def recover_execution(
         return False
     if still_stuck is not None and not still_stuck(execution):
         return False
-    was = execution.state
-    if workflow.state == WorkflowState.PAUSED and was == ExecutionState.SCHEDULED:
-        return False  # kept on purpose for resume()
-    now = settings().clock.now()
     step_def = type(workflow).steps.named(execution.step_name)
-    resumable = step_def is not None and step_def.resumable
+    plan = outcomes.for_recovery(
+        action,
+        was=ExecutionState(execution.state),
+        workflow=WorkflowState(workflow.state),
+        resumable=step_def is not None and step_def.resumable,
+    )
+    if plan is None:
+        return False  # a paused workflow's scheduled row, kept on purpose for resume()
     execution.write_metadata(
         "recovery",
-        {"reason": reason, "action": action, "state": was, "lease_owner": execution.lease_owner},
+        {
+            "reason": reason,
+            "action": action,
+            "state": execution.state,
+            "lease_owner": execution.lease_owner,
+        },
     )
-    execution.lease_owner = None
-    execution.lease_expires_at = None
     events.execution_logger(workflow, execution).warning(
-        "recovering %s execution (%s) with %s", was, reason, action
+        "recovering %s execution (%s) with %s", execution.state, reason, action
     )
-
-    if workflow.state == WorkflowState.PAUSED:
-        execution.state = ExecutionState.COMPLETED
-        execution.outcome = Outcome.WORKFLOW_PAUSED if resumable else Outcome.RECOVERED
-        execution.completed_at = now
-        workflow.current_step_name = None
-        session.flush()
-        return True
-    if action == "cancel":
-        execution.state = ExecutionState.CANCELED
-        execution.outcome = Outcome.RECOVERED
-        execution.canceled_at = now
-        if workflow.state in (WorkflowState.READY, WorkflowState.PERFORMING):
-            scheduling.transition(workflow, WorkflowState.CANCELED, guarded=False)
-        session.flush()
-        return True
-
-    execution.state = ExecutionState.COMPLETED
-    execution.outcome = Outcome.RECOVERED
-    execution.completed_at = now
-    if workflow.state not in (WorkflowState.READY, WorkflowState.PERFORMING):
-        session.flush()  # finished or canceled meanwhile: close the row, schedule nothing
-        return True
-    scheduling.transition(workflow, WorkflowState.READY)
-    workflow.current_step_name = workflow.current_step_name or execution.step_name
-    # Free the one-active slot before the replacement is inserted.
-    session.flush()
-    if resumable:
-        scheduling.create_successor_execution(session, workflow, execution)
-    else:
-        scheduling.reschedule_current_step(session, workflow)
-    workflow.current_step_name = None
+    writer.apply(session, workflow, execution, plan, settings().clock.now(), guarded=False)
     session.flush()
     return True
 

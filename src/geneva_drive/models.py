@@ -72,6 +72,9 @@ def only_on(index: Index, dialects: tuple[str, ...]) -> Index:
     return index.ddl_if(callable_=on_these_dialects)
 
 
+TIMEOUT_FOR = "timeout_for"  # on a timer row: the id of the parked execution it times out
+
+
 class UTCDateTime(TypeDecorator[datetime]):
     """Stores naive UTC on every engine and always hands back aware UTC datetimes."""
 
@@ -334,6 +337,15 @@ class StepExecution(Timestamps, Base):
     @property
     def resuming(self) -> bool:
         return self.continues_from_id is not None
+
+    @property
+    def is_timer(self) -> bool:
+        """Whether this row is a signal timeout's timer, not a run of the step's body.
+
+        A timer is a scheduled execution of the waiting step whose metadata names the parked
+        execution it times out (``timeout_for``); see :mod:`geneva_drive.signals`.
+        """
+        return self.read_metadata(TIMEOUT_FOR) is not None
 
     def read_metadata(self, key: str) -> Any:
         return (self.metadata_json or {}).get(key)

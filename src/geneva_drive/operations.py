@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from . import queries, scheduling
+from . import outcomes, queries, scheduling, signals, writer
 from .backends.base import EnqueuedStep, enqueue_after_commit
 from .config import settings
 from .errors import InvalidStateError, StepNotDefinedError
 from .models import StepExecution
-from .states import ExecutionState, Outcome, WorkflowState
+from .states import ExecutionState, WorkflowState
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
@@ -44,13 +44,10 @@ def cancel_workflow(workflow: Workflow) -> None:
     current = queries.current_execution(session, workflow.id)
     # An in-progress row belongs to its worker: phase 3 records its result and sees "canceled".
     if current is not None and current.state != ExecutionState.IN_PROGRESS:
-        from .signals import cancel_timeout
-
-        cancel_timeout(session, current, now)  # a parked row's signal-timeout timer goes too
-        current.state = ExecutionState.CANCELED
-        current.outcome = Outcome.CANCELED
-        current.canceled_at = now
-    scheduling.transition(workflow, WorkflowState.CANCELED, guarded=False)
+        plan = outcomes.for_operator_cancel()
+        writer.apply(session, workflow, current, plan, now, guarded=False)
+    else:
+        writer.move(workflow, WorkflowState.CANCELED, now, guarded=False)
     session.flush()
 
 
@@ -59,33 +56,31 @@ def pause_workflow(workflow: Workflow) -> None:
     session = _locked(workflow)
     if workflow.state not in (WorkflowState.READY, WorkflowState.PERFORMING):
         raise _refuse(workflow, "pause", "ready or performing")
-    scheduling.transition(workflow, WorkflowState.PAUSED, guarded=False)
+    writer.move(workflow, WorkflowState.PAUSED, settings().clock.now(), guarded=False)
     session.flush()
 
 
 def skip_workflow(workflow: Workflow) -> None:
-    """Skip the current step of a ready or paused workflow and schedule the next one."""
+    """Skip the current step of a ready or paused workflow and schedule the next one.
+
+    The execution kept for the step (scheduled, or parked waiting for a signal) ends
+    ``skipped``; a paused workflow goes back to ready.
+    """
     session = _locked(workflow)
-    if workflow.state == WorkflowState.PAUSED:
-        scheduling.transition(workflow, WorkflowState.READY, guarded=False, transitioned_at=None)
-        workflow.current_step_name = None
-        from .signals import settle_for_skipped_paused
-
-        settle_for_skipped_paused(session, workflow)
-        scheduling.schedule_next_step(session, workflow)
-    elif workflow.state == WorkflowState.READY:
-        current = queries.current_execution(session, workflow.id)
-        if current is not None:
-            from .signals import settle_signal_for_skipped
-
-            settle_signal_for_skipped(session, current)
-            current.state = ExecutionState.SKIPPED
-            current.outcome = Outcome.SKIPPED
-            current.skipped_at = settings().clock.now()
-            workflow.next_step_name = current.step_name
-        scheduling.schedule_next_step(session, workflow)
-    else:
+    if workflow.state not in (WorkflowState.READY, WorkflowState.PAUSED):
         raise _refuse(workflow, "skip", "ready or paused (pause a performing one first)")
+    now = settings().clock.now()
+    current = queries.current_execution(session, workflow.id)
+    if current is not None and current.state != ExecutionState.IN_PROGRESS:
+        writer.apply(session, workflow, current, outcomes.for_operator_skip(), now, guarded=False)
+    else:
+        if workflow.state == WorkflowState.PAUSED:
+            # Paused after the step ended (a failure): settle the signal it had claimed.
+            signals.settle_for_skipped_paused(session, workflow)
+        writer.move(workflow, WorkflowState.READY, now, guarded=False)
+        at = workflow.current_step_name or workflow.next_step_name
+        writer.advance(session, workflow, at, now)
+        workflow.current_step_name = None
     session.flush()
 
 
@@ -101,12 +96,11 @@ def resume_workflow(workflow: Workflow) -> StepExecution | None:
         if current is not None and current.state == ExecutionState.IN_PROGRESS
         else WorkflowState.READY
     )
-    scheduling.transition(workflow, target, guarded=False, transitioned_at=None)
+    now = settings().clock.now()
+    writer.move(workflow, target, now, guarded=False)
     if current is not None:
         if current.state == ExecutionState.WAITING:
-            from .signals import rendezvous
-
-            rendezvous(session, workflow, current)
+            signals.rendezvous(session, workflow, current)
         elif current.state == ExecutionState.SCHEDULED:
             enqueue_after_commit(session, EnqueuedStep.for_execution(workflow, current))
         session.flush()
@@ -114,7 +108,7 @@ def resume_workflow(workflow: Workflow) -> StepExecution | None:
     marker = queries.newest_paused_marker(session, workflow.id)
     # Only a marker of the step the workflow stands at: one an operator skipped past is stale.
     if marker is not None and marker.step_name == workflow.next_step_name:
-        execution = scheduling.create_successor_execution(session, workflow, marker)
+        execution = scheduling.create_successor_execution(session, workflow, marker, now)
         session.flush()
         return execution
     failed_with_cursor = [
@@ -125,7 +119,9 @@ def resume_workflow(workflow: Workflow) -> StepExecution | None:
         if e.cursor is not None
     ]
     if failed_with_cursor and _step_is_resumable(workflow, failed_with_cursor[-1].step_name):
-        execution = scheduling.create_successor_execution(session, workflow, failed_with_cursor[-1])
+        execution = scheduling.create_successor_execution(
+            session, workflow, failed_with_cursor[-1], now
+        )
         session.flush()
         return execution
     step_def = workflow.steps.named(workflow.next_step_name)
@@ -139,7 +135,7 @@ def resume_workflow(workflow: Workflow) -> StepExecution | None:
             workflow=workflow,
         )
     workflow.current_step_name = None
-    execution = scheduling.create_step_execution(session, workflow, step_def)
+    execution = scheduling.create_step_execution(session, workflow, step_def, now)
     session.flush()
     return execution
 

@@ -1,4 +1,4 @@
-"""Creating the next execution of a workflow: first step, next step, reschedule, successor.
+"""Creating a workflow's next execution: a step's row, or a resumable step's successor.
 
 Every function here runs inside the caller's transaction and takes the workflow row lock
 itself (re-entrant if already held), so it is safe from request handlers, the executor and
@@ -14,34 +14,20 @@ from sqlalchemy.orm import Session
 
 from . import queries
 from .backends.base import EnqueuedStep, enqueue_after_commit
-from .config import settings
+from .errors import StepNotDefinedError
 from .models import StepExecution
-from .states import (
-    STAMPED_WORKFLOW_STATES,
-    WorkflowState,
-    check_workflow_transition,
-)
+from .outcomes import ended_columns, for_stray
 
 if TYPE_CHECKING:
     from .steps import StepDefinition
     from .workflow import Workflow
 
 
-def transition(workflow: Workflow, state: str, *, guarded: bool = True, **attrs: Any) -> None:
-    """Move the workflow to ``state``; stamp ``transitioned_at`` for paused/finished/canceled."""
-    if guarded:
-        check_workflow_transition(workflow.state, state)
-    if state != workflow.state and state in STAMPED_WORKFLOW_STATES:
-        workflow.transitioned_at = settings().clock.now()
-    workflow.state = state
-    for key, value in attrs.items():
-        setattr(workflow, key, value)
-
-
 def create_step_execution(
     session: Session,
     workflow: Workflow,
     step_def: StepDefinition,
+    now: datetime,
     *,
     wait: timedelta | None = None,
     continues_from: StepExecution | None = None,
@@ -49,12 +35,13 @@ def create_step_execution(
     signal_id: int | None = None,
 ) -> StepExecution:
     """Sweep strays, insert a scheduled execution of ``step_def``, wake a worker after commit."""
-    now = settings().clock.now()
     queries.lock_workflow(session, workflow.id)
     # With whatever else the caller changed on the workflow: one UPDATE of its row, written
     # first so that the sweep's flush finds nothing left to write for it.
     queries.write_through(session, workflow, {"next_step_name": step_def.name, "updated_at": now})
-    queries.sweep_strays(session, workflow.id, now)
+    queries.sweep_strays(
+        session, workflow.id, {**ended_columns(for_stray(), now), "updated_at": now}
+    )
     options = workflow.merged_job_options(step_def)
     values = execution_values(
         workflow,
@@ -103,56 +90,11 @@ def execution_values(
     }
 
 
-def finish_workflow(workflow: Workflow) -> None:
-    transition(
-        workflow, WorkflowState.FINISHED, guarded=False, current_step_name=None, next_step_name=None
-    )
-
-
-def schedule_first_step(session: Session, workflow: Workflow) -> StepExecution | None:
-    """First step in *positional* order (the gem used definition order — its bug H-2)."""
-    first = type(workflow).steps.next_after(None)
-    if first is None:
-        finish_workflow(workflow)
-        return None
-    return create_step_execution(session, workflow, first, wait=first.wait_delta)
-
-
-def schedule_next_step(
-    session: Session, workflow: Workflow, *, wait: timedelta | None = None
-) -> StepExecution | None:
-    """The step after the current one (or the one named next), or finish when there is none."""
-    reference = workflow.current_step_name or workflow.next_step_name
-    following = type(workflow).steps.next_after(reference)
-    if following is None:
-        finish_workflow(workflow)
-        return None
-    return create_step_execution(
-        session, workflow, following, wait=wait if wait is not None else following.wait_delta
-    )
-
-
-def reschedule_current_step(
-    session: Session, workflow: Workflow, *, wait: timedelta | None = None
-) -> StepExecution:
-    """A fresh execution of the current step; only the given wait applies (not the step's)."""
-    name = workflow.current_step_name or workflow.next_step_name
-    step_def = type(workflow).steps.named(name)
-    if step_def is None:
-        from .errors import StepNotDefinedError
-
-        raise StepNotDefinedError(
-            f"{type(workflow).__name__} id={workflow.id}: step {name!r} is not defined; "
-            f"known steps: {', '.join(type(workflow).steps.names) or 'none'}",
-            workflow=workflow,
-        )
-    return create_step_execution(session, workflow, step_def, wait=wait)
-
-
 def create_successor_execution(
     session: Session,
     workflow: Workflow,
     predecessor: StepExecution,
+    now: datetime,
     *,
     wait: timedelta | None = None,
     rewind: bool = False,
@@ -160,11 +102,17 @@ def create_successor_execution(
     """Continue a resumable step in a new execution, carrying its cursor and signal pin."""
     step_def = type(workflow).steps.named(predecessor.step_name)
     if step_def is None:
-        return reschedule_current_step(session, workflow, wait=wait)
+        raise StepNotDefinedError(
+            f"{type(workflow).__name__} id={workflow.id}: cannot continue step "
+            f"{predecessor.step_name!r}, which is not defined any more; known steps: "
+            f"{', '.join(type(workflow).steps.names) or 'none'}",
+            workflow=workflow,
+        )
     return create_step_execution(
         session,
         workflow,
         step_def,
+        now,
         wait=wait,
         continues_from=predecessor,
         cursor=None if rewind else predecessor.cursor,

@@ -30,25 +30,18 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from . import queries, scheduling, serialization
+from . import outcomes, queries, serialization, writer
 from .backends.base import EnqueuedStep, enqueue_after_commit
 from .config import settings
 from .errors import SignalPayloadTooLargeError, WorkflowNotOngoing
-from .models import Signal, StepExecution
-from .states import (
-    ACTIVE_EXECUTION_STATES,
-    ExecutionState,
-    Outcome,
-    WorkflowState,
-    check_step_transition,
-)
+from .models import TIMEOUT_FOR, Signal, StepExecution
+from .states import ACTIVE_EXECUTION_STATES, ExecutionState, Outcome, WorkflowState
 
 if TYPE_CHECKING:
     from .steps import StepDefinition
     from .workflow import Workflow
 
 PENDING, CLAIMED, CONSUMED = "pending", "claimed", "consumed"
-TIMEOUT_FOR = "timeout_for"  # on a timer row: the id of the parked execution it times out
 TIMER_ID = "timeout_execution_id"  # on a parked row: the id of its timer
 _MAX_STRING = 255  # name and idempotency_key columns
 
@@ -203,10 +196,7 @@ def wake_matching(session: Session, workflow: Workflow, signal: Signal) -> list[
         # The timer leaves the one-active index before the parked row enters it.
         cancel_timeout(session, execution, now)
         claim(signal)
-        execution.signal_id = signal.id
-        execution.state = ExecutionState.SCHEDULED
-        execution.scheduled_for = now  # a lost wake-up is then an overdue row: recoverable
-        execution.waiting_since = None
+        writer.wake(execution, signal.id, now)
         session.flush()
         woken.append((execution, step_def))
     for execution, step_def in woken:
@@ -311,9 +301,7 @@ def gate(
             execution.signal_id = candidate.id
             return candidate
     now = settings().clock.now()
-    check_step_transition(execution.state, ExecutionState.WAITING)
-    execution.state = ExecutionState.WAITING
-    execution.waiting_since = now
+    writer.park(execution, now)
     if step_def.timeout is not None:
         _arm_timeout(session, workflow, execution, step_def, now)
     workflow.logger.info(
@@ -342,11 +330,6 @@ def rendezvous(session: Session, workflow: Workflow, execution: StepExecution) -
 
 
 # -- timeouts --------------------------------------------------------------------------------
-
-
-def is_timer(execution: StepExecution) -> bool:
-    """Whether ``execution`` is the timeout row of a parked execution (not a step run)."""
-    return execution.read_metadata(TIMEOUT_FOR) is not None
 
 
 def _arm_timeout(
@@ -396,7 +379,7 @@ def cancel_timeout(session: Session, parked: StepExecution, now: datetime) -> No
     """The parked execution is leaving ``waiting``: its timer will not be needed (lock held)."""
     timer = _timer_of(session, parked)
     if timer is not None:
-        _close(timer, ExecutionState.CANCELED, Outcome.CANCELED, now)
+        writer.end(timer, outcomes.for_disarmed_timer(), now)
         session.flush()
 
 
@@ -405,68 +388,35 @@ def fire_timeout(session: Session, workflow: Workflow, timer: StepExecution, now
 
     Runs in the executor's phase 1 under the workflow lock, with ``timer`` still scheduled
     and the workflow ready. If the parked row is no longer waiting (woken, swept, skipped),
-    the timer is stale and ends canceled.
+    the timer is stale and is disarmed. Otherwise both rows end ``timed_out``: the timer
+    (which did its job) and the parked row, whose body never ran.
     """
     parked_id = timer.read_metadata(TIMEOUT_FOR)
     parked = queries.lock_execution(session, int(parked_id))
     if parked is None or parked.state != ExecutionState.WAITING:
-        _close(timer, ExecutionState.CANCELED, Outcome.CANCELED, now)
+        writer.end(timer, outcomes.for_disarmed_timer(), now)
         return
     step_def = type(workflow).steps.named(parked.step_name)
     action = timer.read_metadata("on_timeout") or "skip"
     if step_def is not None and step_def.on_timeout is not None:
         action = step_def.on_timeout  # the deployed code decides, if it still says
-    # The timer did its job; it leaves the one-active index before anything is scheduled.
-    _close(timer, ExecutionState.COMPLETED, Outcome.SUCCESS, now)
-    parked.write_metadata("timed_out", True)
+    # The timer leaves the one-active index before anything is scheduled.
+    writer.end(timer, outcomes.for_fired_timer(), now)
+    waited = now - parked.waiting_since if parked.waiting_since is not None else None
+    parked.write_metadata(
+        "timed_out",
+        {
+            "after_seconds": waited.total_seconds() if waited is not None else None,
+            "on_timeout": action,
+            "timer_execution_id": timer.id,
+        },
+    )
     session.flush()
-    log = workflow.logger
-    name = parked.step_name
-    if action == "cancel":
-        log.info("step %r timed out waiting for a signal; canceling the workflow", name)
-        _close(parked, ExecutionState.CANCELED, Outcome.CANCELED, now)
-        scheduling.transition(workflow, WorkflowState.CANCELED, current_step_name=None)
-    elif action == "pause":
-        log.info("step %r timed out waiting for a signal; pausing (resume() waits again)", name)
-        _close(parked, ExecutionState.CANCELED, Outcome.CANCELED, now)
-        scheduling.transition(
-            workflow, WorkflowState.PAUSED, current_step_name=None, next_step_name=name
-        )
-    elif action == "skip":
-        log.info("step %r timed out waiting for a signal; skipping it", name)
-        _close(parked, ExecutionState.SKIPPED, Outcome.SKIPPED, now)
-        scheduling.transition(
-            workflow, WorkflowState.READY, current_step_name=None, next_step_name=name
-        )
-        scheduling.schedule_next_step(session, workflow)
-    else:
-        target = type(workflow).steps.named(action)
-        if target is None or target.removed:
-            # Validated at class definition; only a stale stored action can get here.
-            log.warning("step %r timed out; on_timeout step %r is gone, skipping", name, action)
-            target = type(workflow).steps.next_after(name)
-        else:
-            log.info("step %r timed out waiting for a signal; going to step %r", name, action)
-        _close(parked, ExecutionState.SKIPPED, Outcome.SKIPPED, now)
-        scheduling.transition(workflow, WorkflowState.READY, current_step_name=None)
-        if target is None:
-            scheduling.finish_workflow(workflow)
-        else:
-            scheduling.create_step_execution(session, workflow, target, wait=target.wait_delta)
-
-
-_STAMPS = {
-    ExecutionState.COMPLETED: "completed_at",
-    ExecutionState.CANCELED: "canceled_at",
-    ExecutionState.SKIPPED: "skipped_at",
-}
-
-
-def _close(
-    execution: StepExecution, state: ExecutionState, outcome: Outcome, now: datetime
-) -> None:
-    check_step_transition(execution.state, state)
-    execution.state = state
-    execution.outcome = outcome
-    setattr(execution, _STAMPS[state], now)
-    execution.finished_at = now
+    workflow.logger.info(
+        "step %r timed out waiting for %r after %s; on_timeout=%r",
+        parked.step_name,
+        step_def.signal_matcher if step_def is not None else "a signal",
+        waited,
+        action,
+    )
+    writer.apply(session, workflow, parked, outcomes.for_timed_out_wait(action), now)

@@ -34,6 +34,7 @@ class Outcome(StrEnum):
     FAILED = "failed"
     RECOVERED = "recovered"
     WORKFLOW_PAUSED = "workflow_paused"
+    TIMED_OUT = "timed_out"  # a signal wait ran out (the parked row), or the timer that ended it
 
 
 TERMINAL_WORKFLOW_STATES = frozenset({WorkflowState.FINISHED, WorkflowState.CANCELED})

@@ -16,7 +16,7 @@ from sqlalchemy import select
 
 from . import queries
 from .clock import FrozenClock
-from .config import configured
+from .config import configured, settings
 from .executor import RunOptions, run_execution
 from .models import Signal, StepExecution
 from .states import ExecutionState, WorkflowState
@@ -119,7 +119,8 @@ def perform_step_inline(
 
     session = workflow.session
     keep_next = workflow.next_step_name
-    execution = scheduling.create_step_execution(session, workflow, step_def)
+    now = settings().clock.now()
+    execution = scheduling.create_step_execution(session, workflow, step_def, now)
     workflow.next_step_name = keep_next
     execution_id = execution.id
     session.commit()

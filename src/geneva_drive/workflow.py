@@ -18,7 +18,8 @@ from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Mapper, Session, mapperlib, object_session
 
-from . import queries, scheduling, serialization
+from . import queries, serialization, writer
+from .config import settings
 from .errors import (
     InvalidStateError,
     StepConfigurationError,
@@ -113,7 +114,7 @@ class Workflow(WorkflowColumns, Base):
                 session.flush()
         except IntegrityError as error:
             raise workflow._already_ongoing(None) from error
-        scheduling.schedule_first_step(session, workflow)
+        writer.begin(session, workflow, settings().clock.now())
         session.flush()
         workflow.logger.info("created with %d step(s)", len(cls.steps))
         return workflow

@@ -251,7 +251,7 @@ def test_skip_on_a_workflow_paused_before_its_step_ran_replaces_the_kept_executi
     session.commit()
 
     assert history(session, wf) == [
-        ("first", "canceled", "canceled"),
+        ("first", "skipped", "skipped"),  # the operator's decision, not a stray
         ("second", "scheduled", None),
     ]
     assert reload(session, wf).state == "ready"

@@ -509,12 +509,14 @@ def test_cancel_cancels_a_parked_execution_and_attached_signals_stay_claimed(ses
 
 def test_creating_a_new_execution_past_a_parked_one_sweeps_it(session):
     from geneva_drive import scheduling
+    from geneva_drive import settings as gd_settings
 
     wf = start(session, SigLifeTwoWaits)
     perform_next_step(wf)
     reload(session, wf)
 
-    scheduling.reschedule_current_step(session, wf)
+    step_def = wf.steps.named("first")
+    scheduling.create_step_execution(session, wf, step_def, gd_settings().clock.now())
     session.commit()
 
     assert history(session, wf) == [

@@ -208,11 +208,16 @@ def test_on_timeout_skip_skips_the_waiting_step_and_schedules_the_next(session, 
 
     assert notes(session, wf) == ["after"]
     assert history(session, wf) == [
-        ("approve", "skipped", "skipped"),
-        ("approve", "completed", "success"),  # the timer itself
+        ("approve", "skipped", "timed_out"),  # the wait: its body never ran
+        ("approve", "completed", "timed_out"),  # the timer itself
         ("after", "completed", "success"),
     ]
-    assert history_rows(session, wf)[0].metadata_json["timed_out"] is True
+    timed_out = history_rows(session, wf)[0].metadata_json["timed_out"]
+    assert timed_out == {
+        "after_seconds": HOUR.total_seconds(),
+        "on_timeout": "skip",
+        "timer_execution_id": history_rows(session, wf)[1].id,
+    }
     assert reload(session, wf).state == "finished"
 
 
@@ -223,7 +228,7 @@ def test_on_timeout_cancel_cancels_the_workflow(session, clock):
     run_due(session)
 
     assert reload(session, wf).state == "canceled"
-    assert history(session, wf)[0] == ("approve", "canceled", "canceled")
+    assert history(session, wf)[0] == ("approve", "canceled", "timed_out")
     with pytest.raises(WorkflowNotOngoing):
         wf.signal("approved")
 
@@ -329,7 +334,7 @@ def test_timer_first_then_the_signal_the_timeout_wins_and_the_signal_is_buffered
     wf.signal("approved", payload="second")
     session.commit()
 
-    assert history(session, wf)[0] == ("approve", "skipped", "skipped")
+    assert history(session, wf)[0] == ("approve", "skipped", "timed_out")
     assert signal_row(session, wf, "approved") == ("pending", 0, 0)
     assert notes(session, wf) == []
 
@@ -372,8 +377,8 @@ def test_a_signal_and_the_timer_racing_in_two_threads_resolve_the_step_exactly_o
         (signal,) = signals_of(session, wf)
         if signal.state == "pending":  # the timer won
             assert first_two == [
-                ("approve", "skipped", "skipped"),
-                ("approve", "completed", "success"),
+                ("approve", "skipped", "timed_out"),
+                ("approve", "completed", "timed_out"),
             ]
             assert notes(session, wf) == []
         else:  # the signal won
@@ -426,7 +431,7 @@ def test_a_timer_due_while_paused_waits_for_resume_and_then_fires(session, clock
     run_due(session)
 
     assert notes(session, wf) == ["after"]
-    assert history(session, wf)[0] == ("approve", "skipped", "skipped")
+    assert history(session, wf)[0] == ("approve", "skipped", "timed_out")
 
 
 def test_resume_into_a_buffered_signal_cancels_the_timer(session, clock):

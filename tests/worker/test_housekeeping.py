@@ -232,7 +232,7 @@ def test_a_stuck_in_progress_step_is_recovered_and_runs_again(gd, session, clock
     ]
     recovered = executions(session, wf)[0]
     assert recovered.completed_at == clock.now()
-    assert recovered.finished_at is None
+    assert recovered.finished_at == clock.now()
     assert recovered.read_metadata("recovery")["reason"] == "stuck_in_progress"
     speedrun(wf)
     assert state_of(session, wf) == "finished"

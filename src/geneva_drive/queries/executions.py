@@ -167,23 +167,18 @@ def get_execution(session: Session, execution_id: int) -> StepExecution | None:
     return session.get(StepExecution, execution_id)
 
 
-def sweep_strays(session: Session, workflow_id: int, now: datetime) -> int:
+def sweep_strays(session: Session, workflow_id: int, values: dict[str, Any]) -> int:
     """Cancel scheduled/waiting executions before a new one is created (one active per workflow).
 
     In-progress rows are never swept: their worker owns them until phase 3. A Core UPDATE
     (the ORM's bulk path costs more than the statement, and nearly always nothing matches);
     pending ORM changes are flushed first, as an autoflush would, and instances of swept rows
-    that this session holds are brought in line afterwards.
+    that this session holds are brought in line afterwards. ``values``: how a swept row ends
+    (``outcomes.for_stray``), by attribute name.
     """
     session.flush()
-    values = {
-        "state": ExecutionState.CANCELED,
-        "outcome": Outcome.CANCELED,
-        "canceled_at": now,
-        "updated_at": now,
-    }
     params = {"of_workflow": workflow_id, **{f"v_{key}": value for key, value in values.items()}}
-    result = session.connection().execute(_sweep_stmt(), params)
+    result = session.connection().execute(_sweep_stmt(tuple(values)), params)
     swept = int(getattr(result, "rowcount", 0) or 0)
     if swept:
         for instance in list(session.identity_map.values()):
@@ -197,16 +192,13 @@ def sweep_strays(session: Session, workflow_id: int, now: datetime) -> int:
     return swept
 
 
-_SWEPT_COLUMNS = ("state", "outcome", "canceled_at", "updated_at")
-
-
 @functools.cache
-def _sweep_stmt() -> Any:
+def _sweep_stmt(columns: tuple[str, ...]) -> Any:
     table: Any = StepExecution.__table__
     return (
         update(table)
         .where(table.c.workflow_id == bindparam("of_workflow"), in_state(table.c.state, *SWEEPABLE))
-        .values({key: bindparam(f"v_{key}") for key in _SWEPT_COLUMNS})
+        .values({key: bindparam(f"v_{key}") for key in columns})
     )
 
 
