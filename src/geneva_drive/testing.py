@@ -2,6 +2,14 @@
 
 Every helper commits the session the workflow belongs to before running anything (the
 executor works in its own session, like a worker would) and refreshes the workflow after.
+What a helper opens on that session it also closes: it returns with no transaction open and
+the workflow's attributes loaded, so the caller's next query sees other sessions' commits.
+
+A step's exception is raised again once its outcome is committed — a body error, a raising
+``skip_if`` / ``cancel_if`` / signal matcher, a step no longer defined — whatever the exception
+policy made of it, with the workflow already refreshed (``paused``, ``canceled``, or ``ready``
+with the reattempt or the next step scheduled), so a test can catch it and assert on the rows.
+``raise_errors=False`` runs on quietly instead; that is the only difference it makes.
 
     wf = Onboarding.create(session, hero=user)
     speedrun(wf)                      # runs every step now, ignoring waits
@@ -10,11 +18,14 @@ executor works in its own session, like a worker would) and refreshes the workfl
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
-from . import queries
+from . import queries, scheduling
 from .clock import FrozenClock
 from .config import configured, settings
 from .executor import RunOptions, run_execution
@@ -41,11 +52,40 @@ __all__ = [
 _STOP = (WorkflowState.FINISHED, WorkflowState.CANCELED, WorkflowState.PAUSED)
 
 
-def _sync(workflow: Workflow) -> None:
+@contextmanager
+def _callers_session(workflow: Workflow) -> Iterator[Session]:
+    """Commit the caller's pending work, refresh ``workflow``; on the way out, end the helper's
+    own transaction (whether the helper returns or raises)."""
     session = workflow.session
     if session.in_transaction():
+        session.commit()  # the caller's work, with the caller's expire_on_commit
+    try:
+        session.refresh(workflow)
+        yield session
+    finally:
+        _end_read_transaction(session)
+
+
+def _end_read_transaction(session: Session) -> None:
+    """Close the transaction the helper's reads opened, keeping what they loaded.
+
+    Left open it pins a snapshot: on SQLite the caller keeps seeing rows other sessions have
+    deleted since, and its next write fails with "database is locked" (SQLITE_BUSY_SNAPSHOT,
+    which no busy timeout can wait out). The helper wrote nothing in it, so committing is
+    only an end; expiring on that commit would make the caller's next ``wf.state`` open a
+    transaction again, so the commit is told not to.
+    """
+    if not session.in_transaction():
+        return
+    if not session.is_active:  # a failed flush: nothing of it can be kept
+        session.rollback()
+        return
+    expire_on_commit = session.expire_on_commit
+    session.expire_on_commit = False
+    try:
         session.commit()
-    session.refresh(workflow)
+    finally:
+        session.expire_on_commit = expire_on_commit
 
 
 def _current(workflow: Workflow) -> StepExecution | None:
@@ -65,164 +105,184 @@ def _current(workflow: Workflow) -> StepExecution | None:
 def _run(
     workflow: Workflow, execution: StepExecution, options: RunOptions, raise_errors: bool
 ) -> None:
-    execution_id = execution.id  # read before commit: the object may expire
-    session = workflow.session
-    if session.in_transaction():
-        session.commit()
-    run_execution(execution_id, reraise=raise_errors, options=options)
+    """Run ``execution`` in the executor's own session, then refresh it and ``workflow``.
+
+    The refresh happens also when the step's error propagates: the executor raises it only
+    after committing the outcome, so the caller can assert on the rows after catching it.
+    """
+    execution_id, session = execution.id, workflow.session
+    # A fresh snapshot for the refresh below (SQLite's would predate the executor's commit).
+    _end_read_transaction(session)
+    try:
+        run_execution(execution_id, reraise=raise_errors, options=options)
+    finally:
+        session.refresh(workflow)
+        session.refresh(execution)
 
 
-def speedrun(workflow: Workflow, *, max_steps: int = 100, raise_errors: bool = False) -> Workflow:
-    """Run the workflow's executions now, one after another, until it stops or parks."""
-    for _ in range(max_steps):
-        _sync(workflow)
-        if workflow.state in _STOP:
+def speedrun(workflow: Workflow, *, max_steps: int = 100, raise_errors: bool = True) -> Workflow:
+    """Run the workflow's executions now, one after another, until it stops or parks.
+
+    A step's error is raised after its outcome is committed (the first failure of a step
+    that reattempts, too); with ``raise_errors=False`` the run goes on, through reattempts,
+    until the workflow finishes, pauses, is canceled or parks.
+    """
+    with _callers_session(workflow):
+        for _ in range(max_steps):
+            if workflow.state in _STOP:
+                return workflow
+            execution = _current(workflow)
+            if execution is None:
+                return workflow
+            _run(workflow, execution, RunOptions(interruptible=False), raise_errors)
+        if workflow.state in _STOP or _current(workflow) is None:
             return workflow
+        raise AssertionError(
+            f"{type(workflow).__name__} id={workflow.id}: speedrun exceeded "
+            f"max_steps={max_steps}; is a step reattempting forever?"
+        )
+
+
+def perform_next_step(workflow: Workflow, *, raise_errors: bool = True) -> StepExecution | None:
+    """Run the current execution once (even if it is not due yet); returns it, refreshed."""
+    with _callers_session(workflow):
         execution = _current(workflow)
         if execution is None:
-            return workflow
-        _run(workflow, execution, RunOptions(interruptible=False), raise_errors)
-    _sync(workflow)
-    if workflow.state in _STOP or _current(workflow) is None:
-        return workflow
-    raise AssertionError(
-        f"{type(workflow).__name__} id={workflow.id}: speedrun exceeded max_steps={max_steps}; "
-        "is a step reattempting forever?"
-    )
-
-
-def perform_next_step(workflow: Workflow, *, raise_errors: bool = False) -> StepExecution | None:
-    """Run the current execution once (even if it is not due yet); returns it, refreshed."""
-    _sync(workflow)
-    execution = _current(workflow)
-    if execution is None:
-        return None
-    _run(workflow, execution, RunOptions(), raise_errors)
-    _sync(workflow)
-    workflow.session.refresh(execution)
-    return execution
+            return None
+        _run(workflow, execution, RunOptions(), raise_errors)
+        return execution
 
 
 def perform_step_inline(
-    workflow: Workflow, step_name: str | None = None, *, raise_errors: bool = False
+    workflow: Workflow, step_name: str | None = None, *, raise_errors: bool = True
 ) -> StepExecution:
     """Run ``step_name`` (default: the next step) right now in a fresh execution."""
-    _sync(workflow)
-    name = step_name or workflow.next_step_name
-    step_def = workflow.steps.named(name)
-    if step_def is None:
-        raise ValueError(
-            f"Step {name!r} is not defined in {type(workflow).__name__}. Available steps: "
-            f"{', '.join(workflow.steps.names)}"
+    with _callers_session(workflow) as session:
+        name = step_name or workflow.next_step_name
+        step_def = workflow.steps.named(name)
+        if step_def is None:
+            raise ValueError(
+                f"Step {name!r} is not defined in {type(workflow).__name__}. Available steps: "
+                f"{', '.join(workflow.steps.names)}"
+            )
+        keep_next = workflow.next_step_name
+        try:
+            execution = scheduling.create_step_execution(
+                session, workflow, step_def, settings().clock.now()
+            )
+            workflow.next_step_name = keep_next
+            session.commit()
+        except Exception:
+            session.rollback()  # not half of it: _callers_session would commit it on exit
+            raise
+        _run(workflow, execution, RunOptions(interruptible=False), raise_errors)
+        return execution
+
+
+def speedrun_current_step(
+    workflow: Workflow, *, max_executions: int = 100, raise_errors: bool = True
+) -> StepExecution | None:
+    """Run only the current step to its end, following resumable successors.
+
+    A step's error is raised after its outcome is committed; with ``raise_errors=False`` the
+    failed (or reattempted) execution is returned instead.
+    """
+    with _callers_session(workflow) as session:
+        execution = _current(workflow)
+        if execution is None:
+            return None
+        for _ in range(max_executions):
+            _run(workflow, execution, RunOptions(interruptible=False), raise_errors)
+            successor = session.execute(
+                select(StepExecution).where(StepExecution.continues_from_id == execution.id)
+            ).scalar_one_or_none()
+            if successor is None or successor.state != ExecutionState.SCHEDULED:
+                return execution
+            execution = successor
+        raise AssertionError(
+            f"{type(workflow).__name__} id={workflow.id}: speedrun_current_step exceeded "
+            f"max_executions={max_executions}"
         )
-    from . import scheduling
-
-    session = workflow.session
-    keep_next = workflow.next_step_name
-    now = settings().clock.now()
-    execution = scheduling.create_step_execution(session, workflow, step_def, now)
-    workflow.next_step_name = keep_next
-    execution_id = execution.id
-    session.commit()
-    run_execution(execution_id, reraise=raise_errors, options=RunOptions(interruptible=False))
-    _sync(workflow)
-    session.refresh(execution)
-    return execution
 
 
-def speedrun_current_step(workflow: Workflow, *, max_executions: int = 100) -> StepExecution | None:
-    """Run only the current step to its end, following resumable successors."""
-    _sync(workflow)
-    execution = _current(workflow)
-    if execution is None:
-        return None
-    for _ in range(max_executions):
-        _run(workflow, execution, RunOptions(interruptible=False), False)
-        _sync(workflow)
-        workflow.session.refresh(execution)
-        successor = workflow.session.execute(
-            select(StepExecution).where(StepExecution.continues_from_id == execution.id)
-        ).scalar_one_or_none()
-        if successor is None or successor.state != ExecutionState.SCHEDULED:
-            return execution
-        execution = successor
-    raise AssertionError(f"speedrun_current_step exceeded max_executions={max_executions}")
+def run_iterations(workflow: Workflow, count: int, *, raise_errors: bool = True) -> StepExecution:
+    """Run the current execution for at most ``count`` checkpoints.
 
-
-def run_iterations(workflow: Workflow, count: int) -> StepExecution:
-    """Run the current execution for at most ``count`` checkpoints."""
-    _sync(workflow)
-    execution = _current(workflow)
-    if execution is None:
-        raise AssertionError("No current step execution to run")
-    _run(workflow, execution, RunOptions(max_iterations=count), False)
-    _sync(workflow)
-    workflow.session.refresh(execution)
-    return execution
+    A step's error is raised after its outcome is committed; ``raise_errors=False`` returns
+    the failed execution instead.
+    """
+    with _callers_session(workflow):
+        execution = _current(workflow)
+        if execution is None:
+            raise AssertionError(
+                f"{type(workflow).__name__} id={workflow.id}: no current step execution to run"
+            )
+        _run(workflow, execution, RunOptions(max_iterations=count), raise_errors)
+        return execution
 
 
 def assert_workflow_state(workflow: Workflow, state: str) -> None:
-    _sync(workflow)
-    assert workflow.state == str(state), (
-        f"{type(workflow).__name__} id={workflow.id}: expected state {state!r}, "
-        f"got {workflow.state!r}"
-    )
+    with _callers_session(workflow):
+        assert workflow.state == str(state), (
+            f"{type(workflow).__name__} id={workflow.id}: expected state {state!r}, "
+            f"got {workflow.state!r}"
+        )
 
 
 def assert_step_executed(workflow: Workflow, step_name: str, *, state: str = "completed") -> None:
-    _sync(workflow)
-    rows = queries.executions_of_step(workflow.session, workflow.id, step_name)
-    assert any(r.state == state for r in rows), (
-        f"{type(workflow).__name__} id={workflow.id}: no {state!r} execution of step "
-        f"{step_name!r}; executions: {[(r.step_name, r.state, r.outcome) for r in rows]}"
-    )
+    with _callers_session(workflow) as session:
+        rows = queries.executions_of_step(session, workflow.id, step_name)
+        assert any(r.state == state for r in rows), (
+            f"{type(workflow).__name__} id={workflow.id}: no {state!r} execution of step "
+            f"{step_name!r}; executions: {[(r.step_name, r.state, r.outcome) for r in rows]}"
+        )
 
 
 def assert_cursor(workflow: Workflow, expected: Any) -> None:
-    _sync(workflow)
-    current = queries.current_execution(workflow.session, workflow.id)
-    actual = current.cursor_value if current is not None else None
-    assert actual == expected, (
-        f"{type(workflow).__name__} id={workflow.id}: expected cursor {expected!r}, got "
-        f"{actual!r} on {current!r}"
-    )
+    with _callers_session(workflow) as session:
+        current = queries.current_execution(session, workflow.id)
+        actual = current.cursor_value if current is not None else None
+        assert actual == expected, (
+            f"{type(workflow).__name__} id={workflow.id}: expected cursor {expected!r}, got "
+            f"{actual!r} on {current!r}"
+        )
 
 
 def assert_step_has_successor(workflow: Workflow, step_name: str) -> None:
-    _sync(workflow)
-    session = workflow.session
-    for row in queries.executions_of_step(session, workflow.id, step_name, state="completed"):
-        successor = session.execute(
-            select(StepExecution).where(StepExecution.continues_from_id == row.id)
-        ).scalar_one_or_none()
-        if successor is not None and successor.state == ExecutionState.SCHEDULED:
-            return
-    raise AssertionError(
-        f"{type(workflow).__name__} id={workflow.id}: step {step_name!r} has no completed "
-        "execution with a scheduled successor"
-    )
+    with _callers_session(workflow) as session:
+        completed = queries.executions_of_step(session, workflow.id, step_name, state="completed")
+        for row in completed:
+            successor = session.execute(
+                select(StepExecution).where(StepExecution.continues_from_id == row.id)
+            ).scalar_one_or_none()
+            if successor is not None and successor.state == ExecutionState.SCHEDULED:
+                return
+        raise AssertionError(
+            f"{type(workflow).__name__} id={workflow.id}: step {step_name!r} has no completed "
+            "execution with a scheduled successor"
+        )
 
 
 def assert_waiting_for_signal(workflow: Workflow, signal_name: str | None = None) -> None:
-    _sync(workflow)
-    current = queries.current_execution(workflow.session, workflow.id)
-    assert current is not None and current.state == ExecutionState.WAITING, (
-        f"{type(workflow).__name__} id={workflow.id}: no execution is waiting for a signal"
-    )
-    if signal_name is not None:
-        step_def = workflow.steps.named(current.step_name)
-        name = getattr(step_def.signal_matcher if step_def else None, "name", None)
-        assert name == signal_name, f"waiting for {name!r}, not {signal_name!r}"
+    with _callers_session(workflow) as session:
+        current = queries.current_execution(session, workflow.id)
+        assert current is not None and current.state == ExecutionState.WAITING, (
+            f"{type(workflow).__name__} id={workflow.id}: no execution is waiting for a signal"
+        )
+        if signal_name is not None:
+            step_def = workflow.steps.named(current.step_name)
+            name = getattr(step_def.signal_matcher if step_def else None, "name", None)
+            assert name == signal_name, f"waiting for {name!r}, not {signal_name!r}"
 
 
 def assert_signal_state(workflow: Workflow, signal_name: str, state: str) -> None:
-    _sync(workflow)
-    signal = workflow.session.execute(
-        select(Signal)
-        .where(Signal.workflow_id == workflow.id, Signal.name == signal_name)
-        .order_by(Signal.created_at.desc(), Signal.id.desc())
-        .limit(1)
-        .execution_options(populate_existing=True)
-    ).scalar_one_or_none()
-    assert signal is not None, f"no signal {signal_name!r} for workflow {workflow.id}"
-    assert signal.state == state, f"signal {signal_name!r} is {signal.state!r}, not {state!r}"
+    with _callers_session(workflow) as session:
+        signal = session.execute(
+            select(Signal)
+            .where(Signal.workflow_id == workflow.id, Signal.name == signal_name)
+            .order_by(Signal.created_at.desc(), Signal.id.desc())
+            .limit(1)
+            .execution_options(populate_existing=True)
+        ).scalar_one_or_none()
+        assert signal is not None, f"no signal {signal_name!r} for workflow {workflow.id}"
+        assert signal.state == state, f"signal {signal_name!r} is {signal.state!r}, not {state!r}"

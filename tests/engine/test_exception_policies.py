@@ -280,6 +280,13 @@ class PolicyReportTerminalOnly(Workflow):
         raise PolicyBoom("only at the end")
 
 
+def _run_failing(wf, error: type[Exception] = PolicyBoom) -> None:
+    """Run the next step, which raises: the helper raises it again once the outcome is
+    committed, whatever the policy made of it."""
+    with pytest.raises(error):
+        perform_next_step(wf)
+
+
 def _start(session, cls, **hero_fields):
     order = Order(**hero_fields)
     session.add(order)
@@ -303,7 +310,7 @@ def test_by_default_a_raising_step_fails_and_pauses_the_workflow(session, clock)
     wf = _start(session, PolicyDefaultPause)
     clock.advance(seconds=11)
 
-    perform_next_step(wf)
+    _run_failing(wf)
 
     assert history(session, wf) == [("first", "failed", "failed")]
     reload(session, wf)
@@ -315,7 +322,7 @@ def test_by_default_a_raising_step_fails_and_pauses_the_workflow(session, clock)
 def test_a_failed_execution_stores_the_error_columns_and_metadata(session, clock):
     wf = _start(session, PolicyDefaultPause)
 
-    perform_next_step(wf)
+    _run_failing(wf)
 
     [execution] = executions(session, wf)
     assert execution.error_class_name == "tests.engine.test_exception_policies.PolicyBoom"
@@ -345,7 +352,7 @@ def test_the_step_exception_is_reraised_after_the_outcome_is_committed(session):
 def test_a_cancel_policy_fails_the_execution_as_canceled_and_cancels_the_workflow(session):
     wf = _start(session, PolicyStepCancel)
 
-    perform_next_step(wf)
+    _run_failing(wf)
 
     assert history(session, wf) == [("first", "failed", "canceled")]
     [execution] = executions(session, wf)
@@ -356,7 +363,7 @@ def test_a_cancel_policy_fails_the_execution_as_canceled_and_cancels_the_workflo
 def test_a_skip_policy_skips_the_step_without_error_columns_and_moves_on(session):
     wf = _start(session, PolicyStepSkip)
 
-    perform_next_step(wf)
+    _run_failing(wf)
 
     assert history(session, wf) == [("first", "skipped", "skipped"), ("second", "scheduled", None)]
     assert executions(session, wf)[0].error_message is None
@@ -366,7 +373,7 @@ def test_a_skip_policy_skips_the_step_without_error_columns_and_moves_on(session
 def test_a_reattempt_policy_reschedules_the_step_after_its_wait(session, clock):
     wf = _start(session, PolicyStepReattemptWait)
 
-    perform_next_step(wf)
+    _run_failing(wf)
 
     assert history(session, wf) == [
         ("first", "completed", "reattempted"),
@@ -379,7 +386,7 @@ def test_a_reattempt_policy_reschedules_the_step_after_its_wait(session, clock):
 def test_a_policy_reattempt_records_its_reason_and_exception_but_no_error_columns(session):
     wf = _start(session, PolicyStepReattemptWait)
 
-    perform_next_step(wf)
+    _run_failing(wf)
 
     first = executions(session, wf)[0]
     assert first.reattempt_reason == "exception_policy"
@@ -394,7 +401,7 @@ def test_a_policy_reattempt_records_its_reason_and_exception_but_no_error_column
 def test_max_reattempts_n_reattempts_n_times_then_applies_the_terminal_pause(session):
     wf = _start(session, PolicyReattemptTwiceThenPause)
 
-    speedrun(wf)
+    speedrun(wf, raise_errors=False)  # on through the reattempts
 
     assert history(session, wf) == [
         ("first", "completed", "reattempted"),
@@ -407,7 +414,7 @@ def test_max_reattempts_n_reattempts_n_times_then_applies_the_terminal_pause(ses
 def test_a_terminal_cancel_fails_the_last_attempt_as_canceled(session):
     wf = _start(session, PolicyReattemptThenCancel)
 
-    speedrun(wf)
+    speedrun(wf, raise_errors=False)  # on through the reattempts
 
     assert history(session, wf) == [
         ("first", "completed", "reattempted"),
@@ -419,8 +426,8 @@ def test_a_terminal_cancel_fails_the_last_attempt_as_canceled(session):
 def test_a_terminal_skip_skips_the_last_attempt_and_moves_on(session):
     wf = _start(session, PolicyReattemptThenSkip)
 
-    perform_next_step(wf)
-    perform_next_step(wf)
+    _run_failing(wf)
+    _run_failing(wf)
 
     assert history(session, wf) == [
         ("first", "completed", "reattempted"),
@@ -432,7 +439,7 @@ def test_a_terminal_skip_skips_the_last_attempt_and_moves_on(session):
 def test_the_smallest_max_reattempts_in_the_whole_stack_caps_the_step(session):
     wf = _start(session, PolicyGlobalCap)
 
-    speedrun(wf)
+    speedrun(wf, raise_errors=False)  # on through the reattempts
 
     assert history(session, wf) == [
         ("first", "completed", "reattempted"),
@@ -443,7 +450,7 @@ def test_the_smallest_max_reattempts_in_the_whole_stack_caps_the_step(session):
 def test_flow_control_reattempts_do_not_count_towards_max_reattempts(session):
     wf = _start(session, PolicyFlowReattemptsDoNotCount)
 
-    speedrun(wf)
+    speedrun(wf, raise_errors=False)  # on through the reattempts
 
     assert [outcome for _, _, outcome in history(session, wf)] == [
         "reattempted",  # flow control
@@ -456,12 +463,13 @@ def test_flow_control_reattempts_do_not_count_towards_max_reattempts(session):
 
 def test_a_skipped_execution_does_not_reset_the_reattempt_count(session):
     wf = _start(session, PolicyCountByStatus, status="fail")
-    perform_next_step(wf)  # fails: reattempt 1 of 1
+    _run_failing(wf)  # fails: reattempt 1 of 1
     reload(session, wf)
     wf.skip()  # an operator skips the reattempt
     session.commit()
 
-    perform_step_inline(wf, "first")  # fails again: the limit is already used up
+    with pytest.raises(PolicyBoom):  # fails again: the limit is already used up
+        perform_step_inline(wf, "first")
 
     assert history(session, wf) == [
         ("first", "completed", "reattempted"),
@@ -474,7 +482,7 @@ def test_a_skipped_execution_does_not_reset_the_reattempt_count(session):
 
 def test_a_clean_completion_resets_the_reattempt_count(session):
     wf = _start(session, PolicyCountByStatus, status="fail")
-    perform_next_step(wf)  # fails: reattempt 1 of 1
+    _run_failing(wf)  # fails: reattempt 1 of 1
     order = session.get(Order, int(wf.hero_id))
     order.status = "ok"
     session.commit()
@@ -482,7 +490,8 @@ def test_a_clean_completion_resets_the_reattempt_count(session):
     order.status = "fail"
     session.commit()
 
-    perform_step_inline(wf, "first")  # fails: the count starts again at 0
+    with pytest.raises(PolicyBoom):  # fails: the count starts again at 0
+        perform_step_inline(wf, "first")
 
     assert history(session, wf)[-2][1:] == ("completed", "reattempted")
     assert reload(session, wf).state == "ready"
@@ -494,7 +503,7 @@ def test_a_clean_completion_resets_the_reattempt_count(session):
 def test_a_class_policy_matches_by_exception_class(session):
     wf = _start(session, PolicyClassByType)
 
-    perform_next_step(wf)
+    _run_failing(wf)
 
     assert history(session, wf) == [("first", "failed", "canceled")]
 
@@ -502,7 +511,7 @@ def test_a_class_policy_matches_by_exception_class(session):
 def test_a_class_policy_matches_by_dotted_class_name(session):
     wf = _start(session, PolicyClassByDottedName)
 
-    perform_next_step(wf)
+    _run_failing(wf)
 
     assert history(session, wf)[0] == ("first", "skipped", "skipped")
 
@@ -510,7 +519,7 @@ def test_a_class_policy_matches_by_dotted_class_name(session):
 def test_a_class_policy_that_does_not_match_falls_back_to_pause(session):
     wf = _start(session, PolicyClassNoMatch)
 
-    perform_next_step(wf)
+    _run_failing(wf)
 
     assert history(session, wf) == [("first", "failed", "failed")]
     assert reload(session, wf).state == "paused"
@@ -519,7 +528,7 @@ def test_a_class_policy_that_does_not_match_falls_back_to_pause(session):
 def test_a_specific_class_policy_wins_over_a_newer_blanket_one(session):
     wf = _start(session, PolicySpecificBeatsBlanket)
 
-    perform_next_step(wf)
+    _run_failing(wf)
 
     assert history(session, wf)[0] == ("first", "skipped", "skipped")
 
@@ -527,7 +536,7 @@ def test_a_specific_class_policy_wins_over_a_newer_blanket_one(session):
 def test_the_newest_matching_class_policy_wins(session):
     wf = _start(session, PolicyNewestSpecificWins)
 
-    perform_next_step(wf)
+    _run_failing(wf)
 
     assert history(session, wf) == [("first", "failed", "canceled")]
 
@@ -535,7 +544,7 @@ def test_the_newest_matching_class_policy_wins(session):
 def test_a_subclass_policy_is_newer_than_the_inherited_one(session):
     wf = _start(session, PolicyChild)
 
-    perform_next_step(wf)
+    _run_failing(wf)
 
     assert history(session, wf) == [("first", "failed", "canceled")]
 
@@ -543,7 +552,7 @@ def test_a_subclass_policy_is_newer_than_the_inherited_one(session):
 def test_a_subclass_inherits_its_parents_policies(session):
     wf = _start(session, PolicyChildInheritsOnly)
 
-    perform_next_step(wf)
+    _run_failing(wf)
 
     assert history(session, wf)[0] == ("first", "skipped", "skipped")
 
@@ -551,7 +560,7 @@ def test_a_subclass_inherits_its_parents_policies(session):
 def test_a_step_policy_wins_over_a_matching_class_policy(session):
     wf = _start(session, PolicyStepBeatsClass)
 
-    perform_next_step(wf)
+    _run_failing(wf)
 
     assert history(session, wf) == [("first", "skipped", "skipped")]
 
@@ -562,7 +571,7 @@ def test_a_step_policy_wins_over_a_matching_class_policy(session):
 def test_a_step_policy_list_takes_the_first_member_that_matches(session):
     wf = _start(session, PolicyStepListOrder, status="boom")
 
-    perform_next_step(wf)
+    _run_failing(wf)
 
     assert history(session, wf)[0] == ("first", "skipped", "skipped")
 
@@ -570,7 +579,7 @@ def test_a_step_policy_list_takes_the_first_member_that_matches(session):
 def test_a_step_policy_list_uses_its_blanket_member_for_other_errors(session):
     wf = _start(session, PolicyStepListOrder, status="other")
 
-    perform_next_step(wf)
+    _run_failing(wf, PolicyOther)
 
     assert history(session, wf) == [("first", "failed", "canceled")]
 
@@ -578,7 +587,7 @@ def test_a_step_policy_list_uses_its_blanket_member_for_other_errors(session):
 def test_a_step_policy_list_without_a_match_falls_through_to_class_policies(session):
     wf = _start(session, PolicyStepListFallsThrough)
 
-    perform_next_step(wf)
+    _run_failing(wf)
 
     assert history(session, wf) == [("first", "failed", "canceled")]
 
@@ -589,7 +598,7 @@ def test_a_step_policy_list_without_a_match_falls_through_to_class_policies(sess
 def test_a_handler_that_reattempts_reschedules_with_its_wait(session, clock):
     wf = _start(session, PolicyHandlerReattempt)
 
-    perform_next_step(wf)
+    _run_failing(wf)
 
     assert history(session, wf)[0] == ("first", "completed", "reattempted")
     assert current(session, wf).scheduled_for == clock.now() + timedelta(seconds=30)
@@ -598,7 +607,7 @@ def test_a_handler_that_reattempts_reschedules_with_its_wait(session, clock):
 def test_a_handler_that_skips_moves_to_the_next_step(session):
     wf = _start(session, PolicyHandlerSkip)
 
-    perform_next_step(wf)
+    _run_failing(wf)
 
     assert history(session, wf) == [("first", "skipped", "skipped"), ("second", "scheduled", None)]
 
@@ -607,7 +616,7 @@ def test_a_handler_that_finishes_finishes_the_workflow(session, clock):
     wf = _start(session, PolicyHandlerFinish)
     clock.advance(seconds=2)
 
-    perform_next_step(wf)
+    _run_failing(wf)
 
     assert history(session, wf) == [("first", "completed", "success")]
     reload(session, wf)
@@ -618,7 +627,7 @@ def test_a_handler_that_finishes_finishes_the_workflow(session, clock):
 def test_a_handler_that_returns_normally_pauses(session):
     wf = _start(session, PolicyHandlerReturns)
 
-    perform_next_step(wf)
+    _run_failing(wf)
 
     assert history(session, wf) == [("first", "failed", "failed")]
     assert reload(session, wf).state == "paused"
@@ -633,7 +642,7 @@ def test_the_default_policy_reports_the_error_with_context(session):
     reporter = Reporter()
 
     with configured(error_reporter=reporter):
-        perform_next_step(wf)
+        _run_failing(wf)
 
     [(error, context)] = reporter.calls
     assert isinstance(error, PolicyBoom)
@@ -649,7 +658,7 @@ def test_report_never_does_not_report(session):
     reporter = Reporter()
 
     with configured(error_reporter=reporter):
-        perform_next_step(wf)
+        _run_failing(wf)
 
     assert reporter.calls == []
     assert history(session, wf) == [("first", "failed", "failed")]
@@ -660,9 +669,9 @@ def test_report_terminal_only_reports_only_when_the_limit_is_exceeded(session):
     reporter = Reporter()
 
     with configured(error_reporter=reporter):
-        perform_next_step(wf)
+        _run_failing(wf)
         assert reporter.calls == []
-        perform_next_step(wf)
+        _run_failing(wf)
 
     assert len(reporter.calls) == 1
     assert reporter.calls[0][1]["terminal"] is True
@@ -676,6 +685,6 @@ def test_a_failing_error_reporter_does_not_change_the_outcome(session):
         raise RuntimeError("reporter down")
 
     with configured(error_reporter=broken):
-        perform_next_step(wf)
+        _run_failing(wf)
 
     assert history(session, wf) == [("first", "failed", "failed")]

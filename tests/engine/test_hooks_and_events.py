@@ -182,7 +182,8 @@ def test_an_around_hook_that_does_not_call_proceed_skips_the_body(session):
 def test_the_after_hook_runs_when_the_body_raises(session):
     wf = _start(session, HookAfterSeesFailure)
 
-    perform_next_step(wf)
+    with pytest.raises(RuntimeError, match="body failed"):
+        perform_next_step(wf)
 
     assert CALLS == ["after"]
     assert history(session, wf) == [("first", "failed", "failed")]
@@ -191,7 +192,8 @@ def test_the_after_hook_runs_when_the_body_raises(session):
 def test_an_exception_in_a_hook_is_handled_like_a_step_exception(session):
     wf = _start(session, HookBeforeRaises)
 
-    perform_next_step(wf)
+    with pytest.raises(RuntimeError, match="hook failed"):
+        perform_next_step(wf)
 
     assert CALLS == []
     assert history(session, wf) == [("first", "failed", "failed")]
@@ -245,7 +247,8 @@ def test_a_completed_step_emits_precondition_step_and_finalize_with_their_payloa
 def test_a_raising_step_emits_the_exception_in_the_step_event(session, events):
     wf = _start(session, EventFails)
 
-    perform_next_step(wf)
+    with pytest.raises(ValueError):
+        perform_next_step(wf)
 
     [step_event] = [payload for name, payload in events if name == "step"]
     assert step_event["outcome"] == "exception"
@@ -324,7 +327,7 @@ def test_log_records_about_a_step_carry_the_geneva_drive_context(session, caplog
     execution_id = current(session, wf).id
 
     with caplog.at_level(logging.INFO, logger="geneva_drive"):
-        perform_next_step(wf)
+        perform_next_step(wf, raise_errors=False)
 
     [record] = [r for r in caplog.records if "step raised RuntimeError" in r.getMessage()]
     assert record.geneva_drive == {

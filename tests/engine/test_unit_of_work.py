@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
+from sqlalchemy.exc import IntegrityError
+
 from geneva_drive import Workflow, step
 from geneva_drive.testing import perform_next_step
 from tests.engine._support import executions, history, reload
@@ -101,7 +104,8 @@ def test_a_steps_writes_commit_with_its_outcome(session):
 def test_a_step_that_raises_rolls_back_its_writes(session):
     wf, order = _start(session, UowRaises)
 
-    perform_next_step(wf)
+    with pytest.raises(RuntimeError, match="crash mid-step"):
+        perform_next_step(wf)
 
     assert _notes(session) == []
     assert _order(session, order).status == "new"
@@ -111,7 +115,8 @@ def test_a_step_that_raises_rolls_back_its_writes(session):
 def test_a_step_that_raises_and_is_reattempted_still_rolls_back_its_writes(session):
     wf, _ = _start(session, UowRaisesThenReattempts)
 
-    perform_next_step(wf)
+    with pytest.raises(RuntimeError, match="crash mid-step"):
+        perform_next_step(wf)
 
     assert _notes(session) == []
     assert history(session, wf)[0] == ("first", "completed", "reattempted")
@@ -157,8 +162,10 @@ def test_a_step_that_skips_keeps_its_writes(session):
 def test_writes_the_database_refuses_fail_the_step_like_an_exception(session):
     wf, order = _start(session, UowWritesRefused)
 
-    perform_next_step(wf)  # the policy reattempts once
-    perform_next_step(wf)  # then gives up: the workflow pauses
+    with pytest.raises(IntegrityError):  # the policy reattempts once
+        perform_next_step(wf)
+    with pytest.raises(IntegrityError):  # then gives up: the workflow pauses
+        perform_next_step(wf)
 
     assert _notes(session) == []
     assert _order(session, order).status == "new"

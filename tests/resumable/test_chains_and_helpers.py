@@ -180,7 +180,9 @@ def test_run_iterations_refuses_when_there_is_no_current_execution(session):
     wf, _ = start(session, ResumableChainLimited)
     speedrun(wf)
 
-    with pytest.raises(AssertionError, match="No current step execution"):
+    with pytest.raises(
+        AssertionError, match=r"ResumableChainLimited id=\d+: no current step execution to run"
+    ):
         run_iterations(wf, 1)
 
 

@@ -132,7 +132,8 @@ def test_resumed_advanced_and_iterations_describe_this_execution(session):
 def test_advance_refuses_a_cursor_that_is_not_an_integer(session):
     wf, _ = start(session, ResumableHandleAdvanceNeedsInt)
 
-    perform_next_step(wf)
+    with pytest.raises(TypeError, match="'abc'"):
+        perform_next_step(wf)
 
     (execution,) = chain(session, wf, "walk")
     assert execution.state == "failed"
@@ -144,7 +145,8 @@ def test_advance_refuses_a_cursor_that_is_not_an_integer(session):
 def test_iterate_over_refuses_something_that_is_not_iterable(session):
     wf, _ = start(session, ResumableHandleIterateOverNeedsIterable)
 
-    perform_next_step(wf)
+    with pytest.raises(TypeError):
+        perform_next_step(wf)
 
     (execution,) = chain(session, wf, "walk")
     assert (execution.state, execution.error_class_name) == ("failed", "TypeError")
@@ -233,7 +235,7 @@ def test_iterate_over_batches_yields_pages_and_checkpoints_each_with_its_last_ke
 def test_a_cursor_over_max_cursor_size_fails_the_step_through_the_exception_policy(session):
     wf, _ = start(session, ResumableHandleHugeCursor)
 
-    with configured(max_cursor_size=100):
+    with configured(max_cursor_size=100), pytest.raises(CursorTooLargeError):
         perform_next_step(wf)
 
     (execution,) = chain(session, wf, "walk")
@@ -248,7 +250,7 @@ def test_a_cursor_over_max_cursor_size_fails_the_step_through_the_exception_poli
 
 def test_a_cursor_over_max_cursor_size_can_be_resumed_after_raising_the_limit(session):
     wf, _ = start(session, ResumableHandleHugeCursor)
-    with configured(max_cursor_size=100):
+    with configured(max_cursor_size=100), pytest.raises(CursorTooLargeError):
         perform_next_step(wf)
 
     wf.resume()

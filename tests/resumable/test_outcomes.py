@@ -282,8 +282,9 @@ class ResumableOutcomeReattemptCapWithoutProgress(Workflow):
 
 
 def _run_to_end(wf: Workflow, limit: int = 20) -> None:
+    """Run step after step, through the failures the test is about, until none is left."""
     for _ in range(limit):
-        if perform_next_step(wf) is None:
+        if perform_next_step(wf, raise_errors=False) is None:
             return
     raise AssertionError("workflow did not settle")
 
@@ -456,7 +457,8 @@ def test_resume_ignores_a_paused_resumable_step_that_an_operator_skipped_past(se
     perform_next_step(wf)  # walk pauses itself at item 4
     wf.skip()  # the operator gives up on the rest of the walk
     session.commit()
-    perform_next_step(wf)  # "after" fails once: paused by the default policy
+    with pytest.raises(RuntimeError, match="transient failure"):
+        perform_next_step(wf)  # "after" fails once: paused by the default policy
     assert reload(session, wf).state == "paused"
 
     execution = wf.resume()
@@ -538,7 +540,8 @@ def test_an_exception_with_a_reattempt_policy_reruns_the_interrupted_item_from_t
 ):
     wf, _ = start(session, ResumableOutcomeRaisesReattempt)
 
-    perform_next_step(wf)
+    with pytest.raises(RuntimeError, match="transient failure"):
+        perform_next_step(wf)
 
     first, successor = chain(session, wf, "walk")
     assert (first.state, first.outcome, first.cursor_value) == ("completed", "reattempted", 6)
@@ -553,7 +556,8 @@ def test_an_exception_with_a_reattempt_policy_reruns_the_interrupted_item_from_t
 def test_an_exception_with_the_default_pause_keeps_the_cursor_and_resume_continues(session):
     wf, _ = start(session, ResumableOutcomeRaisesPause)
 
-    perform_next_step(wf)
+    with pytest.raises(RuntimeError, match="transient failure"):
+        perform_next_step(wf)
 
     assert summary(session, wf) == [("walk", "failed", "failed", 6)]
     assert reload(session, wf).state == "paused"

@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+import pytest
+
 from geneva_drive import Workflow, resumable_step
 from geneva_drive.config import settings
 from geneva_drive.testing import perform_next_step
@@ -44,7 +46,8 @@ class ResumableUowInterval(Workflow):
 def test_a_failure_leaves_exactly_the_rows_of_committed_checkpoints(session):
     wf, _ = start(session, ResumableUowEveryThree, status="fail at 7")
 
-    perform_next_step(wf)
+    with pytest.raises(RuntimeError, match="item 7 is broken"):
+        perform_next_step(wf)
 
     # Checkpoints committed after items 2 and 5; items 6 and 7 rolled back with the failure.
     (failed,) = chain(session, wf, "walk")
@@ -55,7 +58,8 @@ def test_a_failure_leaves_exactly_the_rows_of_committed_checkpoints(session):
 def test_a_failure_with_per_item_checkpoints_keeps_every_item_before_it(session):
     wf, _ = start(session, ResumableUowPerItem, status="fail at 7")
 
-    perform_next_step(wf)
+    with pytest.raises(RuntimeError, match="item 7 is broken"):
+        perform_next_step(wf)
 
     assert chain(session, wf, "walk")[0].cursor_value == 7
     assert notes(session) == [f"item {i}" for i in range(7)]
@@ -65,7 +69,8 @@ def test_resume_after_a_failure_continues_from_the_committed_checkpoint_without_
     session,
 ):
     wf, order = start(session, ResumableUowEveryThree, status="fail at 7")
-    perform_next_step(wf)
+    with pytest.raises(RuntimeError, match="item 7 is broken"):
+        perform_next_step(wf)
 
     order.status = "fixed"
     wf.resume()

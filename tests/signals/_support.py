@@ -77,8 +77,11 @@ def run_due(session: Session) -> int:
 __all__ = ["executions", "notes", "reload", "run_due", "signal_row", "signals_of", "start"]
 
 
-def drive(workflow: Workflow, max_steps: int = 50) -> Workflow:
-    """Like ``speedrun``, but stops (instead of raising) when a step parks for a signal."""
+def drive(workflow: Workflow, max_steps: int = 50, *, raise_errors: bool = True) -> Workflow:
+    """Like ``speedrun``, but stops (instead of raising) when a step parks for a signal.
+
+    A step's error is raised, as by ``speedrun``, unless ``raise_errors=False``.
+    """
     from geneva_drive.testing import perform_next_step
 
     for _ in range(max_steps):
@@ -88,5 +91,5 @@ def drive(workflow: Workflow, max_steps: int = 50) -> Workflow:
         execution = workflow.current_execution
         if execution is None or execution.state == "waiting":
             return workflow
-        perform_next_step(workflow)
+        perform_next_step(workflow, raise_errors=raise_errors)
     raise AssertionError(f"drive() exceeded {max_steps} steps")
