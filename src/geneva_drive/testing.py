@@ -230,8 +230,13 @@ def assert_workflow_state(workflow: Workflow, state: str) -> None:
 
 
 def assert_step_executed(workflow: Workflow, step_name: str, *, state: str = "completed") -> None:
+    """Some run of ``step_name`` ended in ``state``; a signal-timeout timer is not a run."""
     with _callers_session(workflow) as session:
-        rows = queries.executions_of_step(session, workflow.id, step_name)
+        rows = [
+            r
+            for r in queries.executions_of_step(session, workflow.id, step_name)
+            if not r.is_timer
+        ]
         assert any(r.state == state for r in rows), (
             f"{type(workflow).__name__} id={workflow.id}: no {state!r} execution of step "
             f"{step_name!r}; executions: {[(r.step_name, r.state, r.outcome) for r in rows]}"

@@ -194,6 +194,17 @@ class Workflow(WorkflowColumns, Base):
 
     @property
     def execution_history(self) -> Sequence[StepExecution]:
+        """Every run of a step, oldest first; signal-timeout timers are left out.
+
+        A timed-out wait is its parked row, ended with outcome ``timed_out`` (its metadata
+        ``timed_out`` says after how long and what ``on_timeout`` did); the timer that ended
+        it is bookkeeping, listed by :attr:`execution_history_with_timers`.
+        """
+        return [e for e in self.execution_history_with_timers if not e.is_timer]
+
+    @property
+    def execution_history_with_timers(self) -> Sequence[StepExecution]:
+        """Every execution row, timers included (``is_timer``), oldest first."""
         return queries.execution_history(self.session, self.id)
 
     step_executions = execution_history

@@ -109,3 +109,39 @@ def test_a_run_whose_execution_was_taken_away_writes_nothing(gd, session):
     reload(session, wf)
     # As phase 1 left it: the workflow's part of the one statement was rolled back too.
     assert (wf.state, wf.current_step_name, wf.next_step_name) == ("performing", "first", "first")
+
+
+def _rows(session, wf: Workflow) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Every column of the workflow row and its executions, but the keys that must differ."""
+    keys = {"id", "workflow_id", "continues_from_id", "hero_id"}
+    workflow = (
+        session.execute(text("SELECT * FROM geneva_drive_workflows WHERE id = :id"), {"id": wf.id})
+        .mappings()
+        .one()
+    )
+    executions = session.execute(
+        text(
+            "SELECT * FROM geneva_drive_step_executions WHERE workflow_id = :id "
+            "ORDER BY created_at, id"
+        ),
+        {"id": wf.id},
+    ).mappings()
+    strip = lambda row: {k: v for k, v in row.items() if k not in keys}  # noqa: E731
+    return strip(workflow), [strip(row) for row in executions]
+
+
+def test_the_portable_and_the_one_statement_completer_write_the_same_rows(
+    gd, session, db_backend, monkeypatch
+):
+    from geneva_drive import writer
+
+    fast = WorkerScaleThreeSteps.create(session)
+    session.commit()
+    _run_chained(gd)
+    portable = WorkerScaleThreeSteps.create(session)
+    session.commit()
+    monkeypatch.setattr(writer, "completer_for", lambda dialect: writer.Completer())
+    _run_chained(gd)
+
+    assert _rows(session, portable) == _rows(session, fast)
+    assert reload(session, portable).state == "finished"
