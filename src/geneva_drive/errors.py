@@ -41,6 +41,8 @@ class UnknownStepOptionError(StepConfigurationError, TypeError):
 class PolicyResolutionError(StepConfigurationError):
     """An exception policy could not be applied to an error (e.g. its dotted matcher is gone)."""
 
+    policy: Any = None  # the ExceptionPolicy concerned, once known
+
 
 class UnitOfWorkError(GenevaDriveError):
     """A step body tried to end the transaction its writes belong to."""

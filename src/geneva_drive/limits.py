@@ -13,12 +13,12 @@ import math
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import Column, String
+from sqlalchemy import ColumnElement, String
 
 from .models import StepExecution, WorkflowColumns
 
 
-def column_length(column: Column[Any]) -> int:
+def column_length(column: ColumnElement[Any]) -> int:
     """The declared length of a ``String(n)`` column."""
     if not isinstance(column.type, String) or column.type.length is None:  # pragma: no cover
         raise TypeError(f"{column} is not a bounded string column")

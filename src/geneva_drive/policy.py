@@ -213,7 +213,7 @@ class ExceptionPolicy:
         try:
             return self.blanket or any(_matches(m, error) for m in self.matchers)
         except PolicyResolutionError as problem:
-            problem.policy = getattr(problem, "policy", None) or self
+            problem.policy = problem.policy or self
             raise
 
     @property
@@ -382,7 +382,7 @@ def _misconfigured(
     workflow: Workflow,
 ) -> Decision:
     """The default pause for ``error``, carrying the policy problem that prevented better."""
-    policy = getattr(problem, "policy", None)
+    policy = problem.policy
     cls = type(workflow)
     owner = f"{cls.__name__} (class-level exception_policies)"
     if step_policy is not None and policy in step_policy.policies:

@@ -640,10 +640,8 @@ def _refuse_unknown_options(
 
 def _is_async(fn: Any) -> bool:
     """A coroutine or async-generator function (also behind a partial or as ``__call__``)."""
-    candidates = [fn, getattr(type(fn), "__call__", None)]
-    return any(
-        inspect.iscoroutinefunction(c) or inspect.isasyncgenfunction(c) for c in candidates
-    )
+    candidates = [fn, inspect.getattr_static(type(fn), "__call__", None)]
+    return any(inspect.iscoroutinefunction(c) or inspect.isasyncgenfunction(c) for c in candidates)
 
 
 def signature_problem(fn: Any, arguments: int) -> str | None:

@@ -24,12 +24,13 @@ from .backends.base import job_option_problem
 from .config import settings
 from .errors import (
     InvalidStateError,
+    SerializationError,
     StepConfigurationError,
     StepNotDefinedError,
     WorkflowAlreadyOngoing,
 )
 from .flow import Action, FlowControl
-from .limits import MAX_HERO_ID, MAX_HERO_TYPE, MAX_WORKFLOW_TYPE
+from .limits import MAX_HERO_ID, MAX_HERO_TYPE, MAX_WORKFLOW_TYPE, duration_problem
 from .models import WORKFLOWS, Base, Signal, StepExecution, WorkflowColumns, workflow_table_args
 from .policy import ExceptionPolicy
 from .states import ExecutionState, Outcome, WorkflowState
@@ -155,7 +156,9 @@ class Workflow(WorkflowColumns, Base):
             return
         state = _hero_state(name, hero)
         if state.identity is None:
-            _flush_new_hero(session, name, hero, state)
+            _flush_new_hero(session, name, hero)
+        if state.identity is None:  # pragma: no cover - a flush always assigns the key
+            raise StepConfigurationError(f"{name}.create(hero=...): {hero!r} has no primary key")
         hero_type, hero_id = type(hero).__name__, str(state.identity[0])
         for what, value, limit in (
             ("class name", hero_type, MAX_HERO_TYPE),
@@ -254,7 +257,12 @@ class Workflow(WorkflowColumns, Base):
         if value is None:
             data.pop(key, None)
         else:
-            data[key] = serialization.encode(value)
+            try:
+                data[key] = serialization.encode(value)
+            except SerializationError as error:
+                raise SerializationError(
+                    f"{self._label}: write_metadata({key!r}): {error}"
+                ) from None
         self.metadata_json = data or None
 
     @property
@@ -304,8 +312,7 @@ class Workflow(WorkflowColumns, Base):
     def reattempt(self, wait: timedelta | float | None = None, rewind: bool = False) -> None:
         """Inside a step: stop now and run this step again (after ``wait``)."""
         self._require_in_step("reattempt")
-        delta = timedelta(seconds=wait) if isinstance(wait, int | float) else wait
-        raise FlowControl(Action.REATTEMPT, wait=delta, rewind=rewind)
+        raise FlowControl(Action.REATTEMPT, wait=self._wait("reattempt", wait), rewind=rewind)
 
     def finish(self) -> None:
         """Inside a step: stop now, keep the step's work, and finish the whole workflow."""
@@ -321,8 +328,13 @@ class Workflow(WorkflowColumns, Base):
                 f"{self._label}: suspend() can only be called from inside a resumable step; "
                 f"step {self.current_step_name!r} is not one (use reattempt(wait=...) instead)"
             )
-        delta = timedelta(seconds=wait) if isinstance(wait, int | float) else wait
-        raise FlowControl(Action.SUSPEND, wait=delta)
+        raise FlowControl(Action.SUSPEND, wait=self._wait("suspend", wait))
+
+    def _wait(self, verb: str, wait: timedelta | float | None) -> timedelta | None:
+        problem = duration_problem(wait)
+        if problem is not None:
+            raise ValueError(f"{self._label}: {verb}(wait={wait!r}): the wait {problem}")
+        return timedelta(seconds=wait) if isinstance(wait, int | float) else wait
 
     def _require_in_step(self, verb: str) -> None:
         if not self._in_step:
@@ -579,7 +591,7 @@ def _hero_state(name: str, hero: Any) -> InstanceState[Any]:
     return state
 
 
-def _flush_new_hero(session: Session, name: str, hero: Any, state: InstanceState[Any]) -> None:
+def _flush_new_hero(session: Session, name: str, hero: Any) -> None:
     """Give a hero that was never saved its primary key: add it to ``session`` and flush.
 
     In a savepoint, so that a hero the database refuses leaves the caller's transaction as it
@@ -602,8 +614,6 @@ def _flush_new_hero(session: Session, name: str, hero: Any, state: InstanceState
             f"added to the session and flushed, which failed: {type(error).__name__}: {error}; "
             "save the hero yourself first (session.add(hero); session.flush())"
         ) from error
-    if state.identity is None:  # pragma: no cover - a flush always assigns the key
-        raise StepConfigurationError(f"{name}.create(hero=...): {hero!r} has no primary key")
 
 
 _hero_classes: dict[str, type[Any]] = {}

@@ -7,9 +7,14 @@ import uuid
 from datetime import timedelta
 
 import pytest
-from sqlalchemy import func, select, update
-from sqlalchemy import Integer, String
-from sqlalchemy.orm import DeclarativeBase, Mapped, Session, make_transient_to_detached, mapped_column
+from sqlalchemy import Integer, String, func, select, update
+from sqlalchemy.orm import (
+    DeclarativeBase,
+    Mapped,
+    Session,
+    make_transient_to_detached,
+    mapped_column,
+)
 
 from geneva_drive import (
     StepConfigurationError,
@@ -450,7 +455,9 @@ def test_heroes_of_different_types_with_equal_ids_do_not_block_each_other(sessio
 
 
 def test_step_job_options_are_stored_and_read_back_after_a_reload(session):
-    wf = CreateQuick.create(session, hero=_order(session), step_job_options={"queue": "vip", "priority": 9})
+    wf = CreateQuick.create(
+        session, hero=_order(session), step_job_options={"queue": "vip", "priority": 9}
+    )
     session.commit()
     other, loaded = _fresh(session, wf)
     with other:
@@ -490,7 +497,9 @@ def test_per_instance_job_options_do_not_affect_uniqueness(session):
 
 
 def test_job_options_merge_class_then_instance_then_step(session):
-    wf = CreateTwoSteps.create(session, hero=_order(session), step_job_options={"priority": 7, "queue": "instance"})
+    wf = CreateTwoSteps.create(
+        session, hero=_order(session), step_job_options={"priority": 7, "queue": "instance"}
+    )
     merged_first = wf.merged_job_options(CreateTwoSteps.steps.named("first"))
     merged_second = wf.merged_job_options(CreateTwoSteps.steps.named("second"))
     assert merged_first == {"queue": "instance", "priority": 7}

@@ -86,8 +86,8 @@ def job_option_problem(backend: Any, keys: Iterable[str]) -> str | None:
     return (
         f"job option{'s' if len(unknown) > 1 else ''} {', '.join(hints)} "
         f"{'are' if len(unknown) > 1 else 'is'} not understood by the configured backend "
-        f"{backend!r}, which accepts: {', '.join(sorted(accepted))}; a key it does not know "
-        "would be ignored silently"
+        f"{type(backend).__name__}, which accepts: {', '.join(sorted(accepted))} (a key it "
+        "does not know would be ignored silently)"
     )
 
 
