@@ -88,8 +88,17 @@ def wait_for_attempt(wait: WaitSpec, attempt: int, error: BaseException | None) 
     if wait is None:
         result = None
     elif callable(wait):
-        value = wait(attempt)
-        result = value if isinstance(value, timedelta) else timedelta(seconds=value)
+        try:
+            value = wait(attempt)
+            problem = duration_problem(value)
+            if problem is not None:
+                raise ValueError(f"the wait {problem}")
+            result = value if isinstance(value, timedelta) else timedelta(seconds=value)
+        except Exception as failure:  # left to phase 3, it would strand the execution
+            raise PolicyResolutionError(
+                f"its wait= callable {wait!r} failed for attempt {attempt}: "
+                f"{type(failure).__name__}: {failure}"
+            ) from failure
     else:
         result = wait if isinstance(wait, timedelta) else timedelta(seconds=wait)
     retry_after = getattr(error, "retry_after", None)
@@ -361,15 +370,15 @@ def _resolve(
     caps = [m.max_reattempts for p in stack for m in p.policies if m.max_reattempts is not None]
     cap = min(caps) if caps else None
 
-    if policy.handler is not None:
-        try:
+    try:
+        if policy.handler is not None:
             action, wait = _run_handler(policy.handler, workflow, error)
-        except PolicyResolutionError as problem:
-            problem.policy = policy
-            raise
-    else:
-        action = Action(str(policy.action))
-        wait = wait_for_attempt(policy.wait, reattempt_count, error)
+        else:
+            action = Action(str(policy.action))
+            wait = wait_for_attempt(policy.wait, reattempt_count, error)
+    except PolicyResolutionError as problem:
+        problem.policy = policy
+        raise
     if action is Action.REATTEMPT and cap is not None and reattempt_count >= cap:
         return Decision(Action(policy.terminal_action), None, True, policy.report, policy)
     return Decision(action, wait, False, policy.report, policy)
@@ -387,7 +396,7 @@ def _misconfigured(
     owner = f"{cls.__name__} (class-level exception_policies)"
     if step_policy is not None and policy in step_policy.policies:
         step = next((d for d in cls.steps if d.exception_policy is step_policy), None)
-        owner = step.label if step is not None else owner
+        owner = step.label if step is not None else f"{cls.__name__} (a step's on_exception=)"
     message = (
         f"{owner}: {policy!r} could not be applied to {type(error).__name__}: {problem}; the "
         "default policy (pause) was used instead"

@@ -391,7 +391,7 @@ _fallback.base = Workflow.__mapper__
 Workflow.__mapper__.polymorphic_map = _fallback
 
 
-def check_job_options(cls: type[Workflow], backend: Any) -> None:
+def check_job_options(cls: type[Workflow], backend: Any, *, misspelt_only: bool = False) -> None:
     """Refuse job-option keys of ``cls`` (class level or a step's) that ``backend`` ignores.
 
     One subset test on the keys gathered at class definition; the search for the culprit
@@ -403,15 +403,20 @@ def check_job_options(cls: type[Workflow], backend: Any) -> None:
     sources: list[tuple[str, dict[str, Any]]] = [(f"{cls.__name__}.job_options", cls._job_options)]
     sources += [(d.label, d.job_options) for d in cls.steps if d.job_options]
     for label, options in sources:
-        problem = job_option_problem(backend, options)
+        problem = job_option_problem(backend, options, misspelt_only=misspelt_only)
         if problem is not None:
             raise StepConfigurationError(f"{label}: {problem}")
 
 
 def check_registered_job_options(backend: Any) -> None:
-    """:func:`check_job_options` for every workflow class defined so far (at ``configure()``)."""
+    """At ``configure()``: refuse misspelt job-option keys in every class defined so far.
+
+    Only misspellings (``priorty``): a key no closer to the backend's than ``expires`` may
+    belong to a class this process never runs on this backend, and is refused at ``create()``
+    if it does.
+    """
     for mapper in Workflow.__mapper__.self_and_descendants:
-        check_job_options(mapper.class_, backend)
+        check_job_options(mapper.class_, backend, misspelt_only=True)
 
 
 def _claim_identity(cls: type[Workflow], identity: str) -> None:

@@ -464,6 +464,39 @@ def test_create_refuses_a_class_defined_after_configure_with_a_key_the_backend_i
     assert "refused: Newsletter.step 'send': job option 'priorty' (did you mean" in result.stdout
 
 
+def test_configure_leaves_keys_of_another_backend_to_create():
+    # A Celery app's class in a test run on the database backend: configure() must not fail
+    # for it, but creating it there would silently drop the option.
+    result = _run_python(
+        """
+    import geneva_drive
+    from geneva_drive import Workflow, step
+    from geneva_drive.errors import StepConfigurationError
+    from sqlalchemy.orm import Session
+
+    class Expiring(Workflow):
+        may_proceed_without_hero = True
+
+        @step(job_options={"expires": 600})
+        def send(self):
+            pass
+
+    geneva_drive.configure(backend=geneva_drive.DatabaseBackend())
+    print("configured")
+    try:
+        Expiring.create(Session())
+    except StepConfigurationError as error:
+        print("refused:", error)
+    """
+    )
+    assert result.returncode == 0, result.stderr
+    assert "configured" in result.stdout
+    assert (
+        "refused: Expiring.step 'send': job option 'expires' is not understood by the "
+        "configured backend DatabaseBackend"
+    ) in result.stdout
+
+
 def test_a_backend_that_declares_no_options_accepts_any_key():
     result = _run_python(
         _TYPO_CLASS

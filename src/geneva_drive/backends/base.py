@@ -58,8 +58,9 @@ class Backend(Protocol):
     """What a backend implements.
 
     A backend may also declare ``accepted_job_options``, a frozenset of the job-option keys it
-    understands; geneva-drive then refuses any other key (``configure()`` checks every
-    registered class, ``create()`` the per-instance options). Without it, any key passes.
+    understands; geneva-drive then refuses any other key: ``create()`` checks the class's and
+    the instance's options, and ``configure()`` already refuses, in every class defined so
+    far, keys that look like misspellings of accepted ones. Without it, any key passes.
     """
 
     def enqueue(self, step: EnqueuedStep) -> None:
@@ -71,21 +72,30 @@ class Backend(Protocol):
 DATABASE_JOB_OPTIONS = frozenset({"queue", "priority"})
 
 
-def job_option_problem(backend: Any, keys: Iterable[str]) -> str | None:
-    """Why ``backend`` cannot take job options with ``keys`` (with a "did you mean"), or None."""
+def job_option_problem(
+    backend: Any, keys: Iterable[str], *, misspelt_only: bool = False
+) -> str | None:
+    """Why ``backend`` cannot take job options with ``keys`` (with a "did you mean"), or None.
+
+    ``misspelt_only``: complain only about keys close to one the backend accepts — the check
+    ``configure()`` runs over every class of the process, some of which may be meant for
+    another backend (a Celery app's classes in a test run on the database backend).
+    """
     accepted: frozenset[str] | None = getattr(backend, "accepted_job_options", None)
     if accepted is None:
         return None
     unknown = sorted(set(keys) - accepted)
-    if not unknown:
-        return None
     hints = []
     for key in unknown:
         close = difflib.get_close_matches(key, sorted(accepted), n=1)
-        hints.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+        if close or not misspelt_only:
+            hints.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    if not hints:
+        return None
+    several = len(hints) > 1
     return (
-        f"job option{'s' if len(unknown) > 1 else ''} {', '.join(hints)} "
-        f"{'are' if len(unknown) > 1 else 'is'} not understood by the configured backend "
+        f"job option{'s' if several else ''} {', '.join(hints)} "
+        f"{'are' if several else 'is'} not understood by the configured backend "
         f"{type(backend).__name__}, which accepts: {', '.join(sorted(accepted))} (a key it "
         "does not know would be ignored silently)"
     )
