@@ -280,9 +280,9 @@ def _resolve_dotted(name: str) -> type:
 
 
 def _check_handler(handler: Handler) -> None:
-    from .steps import _is_async, signature_problem  # late: steps imports this module
+    from .steps import is_async, signature_problem  # late: steps imports this module
 
-    if _is_async(handler):
+    if is_async(handler):
         raise PolicyError(
             f"handler={handler!r} is an async function; it would never be awaited — make it "
             "a plain def handler(workflow, error)"

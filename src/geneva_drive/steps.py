@@ -135,7 +135,7 @@ class StepDefinition:
         fail = self._fail
         if not callable(self.callable):
             fail(f"needs a callable, got {self.callable!r}")
-        if _is_async(self.callable):
+        if is_async(self.callable):
             fail(f"is an async function; {_NO_ASYNC}")
         if not isinstance(self.name, str) or not self.name.strip():
             fail(f"name= must be a non-blank str, got {self.name!r}")
@@ -193,7 +193,7 @@ class StepDefinition:
                 f"skip_if= takes a callable (workflow) -> bool, a method name, True/False or "
                 f"None; got {condition!r}"
             )
-        if _is_async(condition):
+        if is_async(condition):
             self._fail(f"skip_if= is an async function; {_NO_ASYNC}")
         problem = signature_problem(condition, 1)
         if problem is not None:
@@ -638,7 +638,7 @@ def _refuse_unknown_options(
     )
 
 
-def _is_async(fn: Any) -> bool:
+def is_async(fn: Any) -> bool:
     """A coroutine or async-generator function (also behind a partial or as ``__call__``)."""
     candidates = [fn, inspect.getattr_static(type(fn), "__call__", None)]
     return any(inspect.iscoroutinefunction(c) or inspect.isasyncgenfunction(c) for c in candidates)

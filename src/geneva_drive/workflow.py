@@ -37,7 +37,7 @@ from .states import ExecutionState, Outcome, WorkflowState
 from .steps import (
     StepCollection,
     StepDefinition,
-    _is_async,
+    is_async,
     signature_problem,
     validate_job_options,
 )
@@ -539,7 +539,7 @@ _HOOKS = {
 
 def _check_method(cls: type[Workflow], name: str, method: Any, shape: str) -> None:
     """A hook or condition must be a plain method callable as ``shape``."""
-    if _is_async(method):
+    if is_async(method):
         raise StepConfigurationError(
             f"{cls.__name__}.{name} is an async function; geneva-drive calls it without "
             f"awaiting, so it would never run; make it a plain def {name}{shape}"
