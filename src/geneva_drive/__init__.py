@@ -19,6 +19,7 @@ from .errors import (
     StepConfigurationError,
     StepExecutionError,
     StepNotDefinedError,
+    UnitOfWorkError,
     WorkflowAlreadyOngoing,
     WorkflowNotOngoing,
 )
@@ -54,6 +55,7 @@ __all__ = [
     "StepExecutionError",
     "StepNotDefinedError",
     "SystemClock",
+    "UnitOfWorkError",
     "Workflow",
     "WorkflowAlreadyOngoing",
     "WorkflowNotOngoing",

@@ -108,11 +108,15 @@ def configure(**changes: Any) -> Settings:
 
         prepare_engine(engine)
     with _lock:
-        _current = replace(_current, **changes)
-        if _current.backend is None:
+        candidate = replace(_current, **changes)
+        if candidate.backend is None:
             from .backends.database import DatabaseBackend
 
-            _current = replace(_current, backend=DatabaseBackend())
+            candidate = replace(candidate, backend=DatabaseBackend())
+        from .workflow import check_registered_job_options
+
+        check_registered_job_options(candidate.backend)  # before anything changes
+        _current = candidate
         return _current
 
 

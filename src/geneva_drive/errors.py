@@ -2,6 +2,9 @@
 
     GenevaDriveError
     ├── StepConfigurationError     a workflow class or option is defined wrongly
+    │   ├── UnknownStepOptionError an option name @step does not know (also a TypeError)
+    │   └── PolicyResolutionError  a policy that cannot be applied (an unimportable matcher)
+    ├── UnitOfWorkError            a step called commit()/rollback()/close() on its session
     ├── InvalidStateError          a verb was called on a workflow in the wrong state
     ├── InvalidStateTransition     the executor refused an illegal state change (a bug guard)
     ├── WorkflowAlreadyOngoing     a second ongoing workflow of one class for one hero
@@ -29,6 +32,20 @@ class GenevaDriveError(Exception):
 
 class StepConfigurationError(GenevaDriveError):
     """A workflow class, step option, policy or job option is invalid."""
+
+
+class UnknownStepOptionError(StepConfigurationError, TypeError):
+    """``@step`` got an option it does not know (a TypeError too, as for any bad keyword)."""
+
+
+class PolicyResolutionError(StepConfigurationError):
+    """An exception policy could not be applied to an error (e.g. its dotted matcher is gone)."""
+
+    policy: Any = None  # the ExceptionPolicy concerned, once known
+
+
+class UnitOfWorkError(GenevaDriveError):
+    """A step body tried to end the transaction its writes belong to."""
 
 
 class InvalidStateError(GenevaDriveError):

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.orm import Session
 
-from . import events, outcomes, queries, scheduling, serialization, signals, writer
+from . import events, outcomes, queries, scheduling, serialization, signals, unit_of_work, writer
 from .backends.base import EnqueuedStep, enqueue_after_commit
 from .config import Settings, settings
 from .errors import StepNotDefinedError
@@ -392,7 +392,11 @@ def _perform(session: Session, prepared: Prepared, options: RunOptions, config: 
 
     try:
         # Payload references (mapped instances) load in the step's own session.
-        with workflow._in_step_context(), serialization.decoding_session(session):
+        with (
+            workflow._in_step_context(),
+            serialization.decoding_session(session),
+            unit_of_work.guard(session, step_def, execution.id),  # commit() etc. refused
+        ):
             # Hook errors count as step errors (the gem let them escape and strand the row).
             try:
                 workflow.before_step_execution(execution)

@@ -29,7 +29,7 @@ from sqlalchemy import Select
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
-from . import queries, serialization
+from . import queries, serialization, unit_of_work
 from .clock import Clock, SystemClock
 from .errors import CursorTooLargeError
 from .flow import FlowControl
@@ -224,12 +224,13 @@ class IterableStep:
         )
         if not owned:
             # Recovered from under us (our lease expired): this run is now the duplicate.
-            self._session.rollback()
+            unit_of_work.rollback(self._session)  # the library's own: passes the guard
             raise _LostExecution()
         # Written with Core: tell the ORM the row holds these now, so it has nothing to flush.
         set_committed_value(self._execution, "cursor", encoded)
         set_committed_value(self._execution, "updated_at", now)
-        self._session.commit()  # the work since the last checkpoint lands with its cursor
+        # The work since the last checkpoint lands with its cursor (passing the step guard).
+        unit_of_work.commit(self._session)
         self._uncommitted = 0
         if self._elapsed is not None:
             self._commit_by = self._elapsed() + self._interval

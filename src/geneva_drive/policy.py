@@ -11,6 +11,12 @@ Resolution order (first that captures the error wins):
 4. the default: pause.
 A reattempt is turned into the terminal action once the consecutive count reaches the
 smallest ``max_reattempts`` declared anywhere in that stack (the global cap).
+
+A policy that cannot be applied — a dotted ``matching=`` name that does not import, a matcher
+predicate or handler that raises — is a configuration error found only when an error reaches
+it. Resolution never raises for it (phase 3 must still record the outcome): the error gets the
+default pause, and the problem, naming the class, step and policy, is logged, added to the
+error as a note (so the stored backtrace shows it) and returned in ``Decision.problem``.
 """
 
 from __future__ import annotations
@@ -22,7 +28,9 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from .errors import PolicyResolutionError
 from .flow import Action, FlowControl
+from .limits import duration_problem
 
 if TYPE_CHECKING:
     from .workflow import Workflow
@@ -67,6 +75,9 @@ def _check_wait(wait: WaitSpec) -> None:
         raise PolicyError(
             f"wait= takes a timedelta, seconds, or a callable (attempt) -> timedelta; got {wait!r}"
         )
+    problem = duration_problem(wait)
+    if problem is not None:
+        raise PolicyError(f"wait={wait!r} {problem}")
     if (wait.total_seconds() if isinstance(wait, timedelta) else wait) < 0:
         raise PolicyError(f"wait= must not be negative, got {wait!r}")
 
@@ -77,8 +88,17 @@ def wait_for_attempt(wait: WaitSpec, attempt: int, error: BaseException | None) 
     if wait is None:
         result = None
     elif callable(wait):
-        value = wait(attempt)
-        result = value if isinstance(value, timedelta) else timedelta(seconds=value)
+        try:
+            value = wait(attempt)
+            problem = duration_problem(value)
+            if problem is not None:
+                raise ValueError(f"the wait {problem}")
+            result = value if isinstance(value, timedelta) else timedelta(seconds=value)
+        except Exception as failure:  # left to phase 3, it would strand the execution
+            raise PolicyResolutionError(
+                f"its wait= callable {wait!r} failed for attempt {attempt}: "
+                f"{type(failure).__name__}: {failure}"
+            ) from failure
     else:
         result = wait if isinstance(wait, timedelta) else timedelta(seconds=wait)
     retry_after = getattr(error, "retry_after", None)
@@ -129,6 +149,7 @@ class ExceptionPolicy:
                 raise PolicyError("terminal_action= has no meaning for an imperative policy")
             if not callable(handler):
                 raise PolicyError(f"handler= must be callable, got {handler!r}")
+            _check_handler(handler)
         else:
             if action not in ACTIONS:
                 raise PolicyError(
@@ -176,7 +197,13 @@ class ExceptionPolicy:
                     f"matching= takes exception classes, dotted class names or predicates; "
                     f"{matcher.__name__} is not an exception class"
                 )
-        elif not isinstance(matcher, str) and not callable(matcher):
+        elif isinstance(matcher, str):
+            if not all(part.isidentifier() for part in matcher.split(".")):
+                raise PolicyError(
+                    f"matching={matcher!r} is no dotted class name; write it as "
+                    "'package.module.ErrorClass' (or 'ValueError' for a builtin)"
+                )
+        elif not callable(matcher):
             raise PolicyError(
                 f"matching= takes exception classes, dotted class names or predicates; "
                 f"got {matcher!r}"
@@ -192,7 +219,11 @@ class ExceptionPolicy:
         return self.handler is None
 
     def captures(self, error: BaseException) -> bool:
-        return self.blanket or any(_matches(m, error) for m in self.matchers)
+        try:
+            return self.blanket or any(_matches(m, error) for m in self.matchers)
+        except PolicyResolutionError as problem:
+            problem.policy = problem.policy or self
+            raise
 
     @property
     def policies(self) -> list[ExceptionPolicy]:
@@ -215,24 +246,50 @@ def _matches(matcher: Matcher, error: BaseException) -> bool:
     if isinstance(matcher, type):
         return isinstance(error, matcher)
     if isinstance(matcher, str):
-        cls = _resolve_dotted(matcher)
-        return cls is not None and isinstance(error, cls)
-    return bool(matcher(error))
+        return isinstance(error, _resolve_dotted(matcher))
+    try:
+        return bool(matcher(error))
+    except Exception as failure:
+        raise PolicyResolutionError(
+            f"its matching= predicate {matcher!r} raised {type(failure).__name__}: {failure}"
+        ) from failure
 
 
-def _resolve_dotted(name: str) -> type | None:
-    """``"package.module.Error"`` → the class, or None when it cannot be imported (no match)."""
+def _resolve_dotted(name: str) -> type:
+    """``"package.module.Error"`` → the class; a name that does not resolve is refused."""
     module_name, _, attr = name.rpartition(".")
     if not module_name:
         import builtins
 
         found = getattr(builtins, name, None)
-        return found if isinstance(found, type) else None
-    try:
-        found = getattr(importlib.import_module(module_name), attr, None)
-    except ImportError:
-        return None
-    return found if isinstance(found, type) else None
+        reason = f"there is no builtin {name!r}"
+    else:
+        try:
+            found = getattr(importlib.import_module(module_name), attr, None)
+        except ImportError as error:
+            raise PolicyResolutionError(
+                f"matching={name!r} cannot be imported ({error}); fix the dotted name, or make "
+                "the module importable in the worker"
+            ) from error
+        reason = f"module {module_name!r} has no attribute {attr!r}"
+    if isinstance(found, type) and issubclass(found, BaseException):
+        return found
+    if found is not None:
+        reason = f"{found!r} is not an exception class"
+    raise PolicyResolutionError(f"matching={name!r} names no exception class ({reason})")
+
+
+def _check_handler(handler: Handler) -> None:
+    from .steps import is_async, signature_problem  # late: steps imports this module
+
+    if is_async(handler):
+        raise PolicyError(
+            f"handler={handler!r} is an async function; it would never be awaited — make it "
+            "a plain def handler(workflow, error)"
+        )
+    problem = signature_problem(handler, 2)
+    if problem is not None:
+        raise PolicyError(f"handler= must be callable as (workflow, error), but {problem}")
 
 
 class PolicyList:
@@ -266,6 +323,7 @@ class Decision:
     terminal: bool
     report: str
     policy: ExceptionPolicy
+    problem: PolicyResolutionError | None = None  # the policy that could not be applied
 
     @property
     def should_report(self) -> bool:
@@ -297,20 +355,57 @@ def resolve(
 ) -> Decision:
     """Pick the policy for ``error`` and turn it into a Decision (runs imperative handlers)."""
     stack = policy_stack(step_policy, class_policies)
+    try:
+        return _resolve(error, stack, reattempt_count, workflow)
+    except PolicyResolutionError as problem:
+        return _misconfigured(problem, error, step_policy, workflow)
+
+
+def _resolve(
+    error: BaseException, stack: list[StepPolicy], reattempt_count: int, workflow: Workflow
+) -> Decision:
     chosen = next(p for p in stack if p.captures(error))
     policy = chosen.pick(error) if isinstance(chosen, PolicyList) else chosen
     assert policy is not None  # captures() guaranteed a member
     caps = [m.max_reattempts for p in stack for m in p.policies if m.max_reattempts is not None]
     cap = min(caps) if caps else None
 
-    if policy.handler is not None:
-        action, wait = _run_handler(policy.handler, workflow, error)
-    else:
-        action = Action(str(policy.action))
-        wait = wait_for_attempt(policy.wait, reattempt_count, error)
+    try:
+        if policy.handler is not None:
+            action, wait = _run_handler(policy.handler, workflow, error)
+        else:
+            action = Action(str(policy.action))
+            wait = wait_for_attempt(policy.wait, reattempt_count, error)
+    except PolicyResolutionError as problem:
+        problem.policy = policy
+        raise
     if action is Action.REATTEMPT and cap is not None and reattempt_count >= cap:
         return Decision(Action(policy.terminal_action), None, True, policy.report, policy)
     return Decision(action, wait, False, policy.report, policy)
+
+
+def _misconfigured(
+    problem: PolicyResolutionError,
+    error: BaseException,
+    step_policy: StepPolicy | None,
+    workflow: Workflow,
+) -> Decision:
+    """The default pause for ``error``, carrying the policy problem that prevented better."""
+    policy = problem.policy
+    cls = type(workflow)
+    owner = f"{cls.__name__} (class-level exception_policies)"
+    if step_policy is not None and policy in step_policy.policies:
+        step = next((d for d in cls.steps if d.exception_policy is step_policy), None)
+        owner = step.label if step is not None else f"{cls.__name__} (a step's on_exception=)"
+    message = (
+        f"{owner}: {policy!r} could not be applied to {type(error).__name__}: {problem}; the "
+        "default policy (pause) was used instead"
+    )
+    full = PolicyResolutionError(message)
+    full.__cause__ = problem.__cause__
+    error.add_note(f"geneva-drive: {message}")
+    workflow.logger.error("%s", message)
+    return Decision(Action.PAUSE, None, True, "always", DEFAULT_POLICY, full)
 
 
 def _run_handler(handler: Handler, workflow: Workflow, error: BaseException) -> tuple[Action, Any]:
@@ -320,4 +415,8 @@ def _run_handler(handler: Handler, workflow: Workflow, error: BaseException) -> 
         except FlowControl as signal:
             # A handler's reattempt keeps its wait; rewind is a resumable-step concern only.
             return signal.action, signal.wait
+        except Exception as failure:  # left to phase 3, it would strand the execution
+            raise PolicyResolutionError(
+                f"its handler raised {type(failure).__name__}: {failure}"
+            ) from failure
     return Action.PAUSE, None

@@ -28,6 +28,7 @@ import contextlib
 import contextvars
 import importlib
 import json
+import math
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -45,6 +46,10 @@ if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
 _TAG = "__gd__"
+# The deepest nesting stored, counted in JSON containers as written (typed wrappers included).
+# MariaDB's JSON functions — and with them the json_valid() check on its JSON columns — stop at
+# 32 levels; this leaves room for the object the library wraps metadata values in.
+MAX_DEPTH = 24
 # The session references decode into when ``decode()`` is not handed one (see the docstring).
 _SESSION: contextvars.ContextVar[Session | None] = contextvars.ContextVar(
     "geneva_drive_decoding_session", default=None
@@ -75,7 +80,7 @@ def decoding_session(session: Session | None) -> Iterator[None]:
         _SESSION.reset(token)
 
 
-def _mapped_reference(value: Any) -> list[Any] | None:
+def _mapped_reference(value: Any, depth: int) -> list[Any] | None:
     """``["record", class name, key]`` for a mapped instance; None for anything else."""
     if isinstance(value, type):
         return None
@@ -98,59 +103,133 @@ def _mapped_reference(value: Any) -> list[Any] | None:
             f"cannot store a reference to {name} {value!r}: it has no primary key yet; add it "
             "to the session and flush() first"
         )
-    return ["record", name, encode(identity[0])]
+    return ["record", name, _encode(identity[0], depth)]
+
+
+class _Misplaced(SerializationError):
+    """Raised inside the codec; :func:`encode` turns it into a SerializationError with a path."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.path: list[str] = []
 
 
 def encode(value: Any) -> Any:
-    """Turn ``value`` into plain JSON-compatible data (with typed wrappers)."""
+    """Turn ``value`` into plain JSON-compatible data (with typed wrappers).
+
+    Refused, before anything is written: values JSON has no form for (NaN, ±Infinity, sets,
+    arbitrary objects) and nesting deeper than :data:`MAX_DEPTH`.
+    """
+    try:
+        return _encode(value, 0)
+    except _Misplaced as error:
+        where = "".join(reversed(error.path))
+        at = f" (at value{where})" if where else ""
+        raise SerializationError(f"{error.reason}{at}") from None
+
+
+def _encode(value: Any, depth: int) -> Any:
+    """``value`` encoded as if ``depth`` JSON containers enclosed it."""
     if isinstance(value, Enum):  # before str/int: a StrEnum or IntEnum member is both
         cls = type(value)
-        return {_TAG: ["enum", f"{cls.__module__}:{cls.__qualname__}", encode(value.value)]}
-    if value is None or isinstance(value, bool | int | float | str):
-        return value
-    if isinstance(value, datetime):
-        return {_TAG: ["datetime", value.isoformat()]}
-    if isinstance(value, date):
-        return {_TAG: ["date", value.isoformat()]}
-    if isinstance(value, time):
-        return {_TAG: ["time", value.isoformat()]}
-    if isinstance(value, timedelta):
-        return {_TAG: ["timedelta", value.total_seconds()]}
-    if isinstance(value, Decimal):
-        return {_TAG: ["decimal", str(value)]}
-    if isinstance(value, uuid.UUID):
-        return {_TAG: ["uuid", str(value)]}
-    if isinstance(value, tuple):
-        return {_TAG: ["tuple", [encode(v) for v in value]]}
-    if isinstance(value, list):
-        return [encode(v) for v in value]
-    reference = None if isinstance(value, dict) else _mapped_reference(value)
-    if reference is not None:
-        return {_TAG: reference}
-    if isinstance(value, Reference):  # an unloaded reference is stored as it was
-        return {_TAG: ["record", value.class_name, encode(value.key)]}
-    if isinstance(value, dict):
-        if _TAG in value:  # it would read back as a typed wrapper, not as this dict
-            raise SerializationError(
-                f"cannot store a dict with the key {_TAG!r}: geneva-drive reserves it for typed "
-                "values; rename that key"
+        path = f"{cls.__module__}:{cls.__qualname__}"
+        return {_TAG: ["enum", path, _encode(value.value, _nest(depth, 2))]}
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise _Misplaced(
+                f"cannot store the float {value!r}: JSON has no NaN or Infinity (SQLite would "
+                "store invalid JSON, PostgreSQL and MariaDB refuse it); store None, a bound, or "
+                "a string instead"
             )
-        out: dict[str, Any] = {}
-        for key, item in value.items():
-            if isinstance(key, Enum):
-                key = key.value
-            if not isinstance(key, str):
-                raise SerializationError(
-                    f"cannot store a dict key {key!r} of type {type(key).__name__}: "
-                    "JSON object keys must be strings; convert the keys with str() first"
-                )
-            out[key] = encode(item)
-        return out
-    raise SerializationError(
+        return value
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, list):
+        inner = _nest(depth, 1)
+        return [_item(v, inner, f"[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, dict):
+        return _encode_dict(value, _nest(depth, 1))
+    tagged = _encode_tagged(value, depth)
+    if tagged is not None:
+        return {_TAG: tagged}
+    raise _Misplaced(
         f"cannot store a value of type {type(value).__name__} ({value!r}) as JSON; supported: "
         "None, bool, int, float, str, list, tuple, dict with str keys, datetime, date, time, "
         "timedelta, Decimal, UUID, Enum members and mapped SQLAlchemy instances"
     )
+
+
+def _nest(depth: int, levels: int) -> int:
+    """The depth inside ``levels`` more containers; refuses to go beyond MAX_DEPTH."""
+    depth += levels
+    if depth > MAX_DEPTH:
+        raise _Misplaced(
+            f"cannot store a value nested more than {MAX_DEPTH} levels deep (typed values such "
+            "as tuples and datetimes count two levels of their own); flatten it, or store a "
+            "reference to the data instead"
+        )
+    return depth
+
+
+def _item(value: Any, depth: int, step: str) -> Any:
+    try:
+        return _encode(value, depth)
+    except _Misplaced as error:
+        error.path.append(step)
+        raise
+
+
+def _encode_tagged(value: Any, depth: int) -> list[Any] | None:
+    """The ``[tag, ...]`` list of a typed wrapper, or None for a type without one."""
+    if isinstance(value, datetime):
+        _nest(depth, 2)
+        return ["datetime", value.isoformat()]
+    if isinstance(value, date):
+        _nest(depth, 2)
+        return ["date", value.isoformat()]
+    if isinstance(value, time):
+        _nest(depth, 2)
+        return ["time", value.isoformat()]
+    if isinstance(value, timedelta):
+        _nest(depth, 2)
+        return ["timedelta", value.total_seconds()]
+    if isinstance(value, Decimal):
+        _nest(depth, 2)
+        return ["decimal", str(value)]
+    if isinstance(value, uuid.UUID):
+        _nest(depth, 2)
+        return ["uuid", str(value)]
+    if isinstance(value, tuple):
+        inner = _nest(depth, 3)
+        return ["tuple", [_item(v, inner, f"[{i}]") for i, v in enumerate(value)]]
+    if isinstance(value, Reference):  # an unloaded reference is stored as it was
+        return ["record", value.class_name, _encode(value.key, _nest(depth, 2))]
+    try:
+        return _mapped_reference(value, _nest(depth, 2))
+    except SerializationError as error:
+        if isinstance(error, _Misplaced):
+            raise
+        raise _Misplaced(str(error)) from None
+
+
+def _encode_dict(value: dict[Any, Any], depth: int) -> dict[str, Any]:
+    if _TAG in value:  # it would read back as a typed wrapper, not as this dict
+        raise _Misplaced(
+            f"cannot store a dict with the key {_TAG!r}: geneva-drive reserves it for typed "
+            "values; rename that key"
+        )
+    out: dict[str, Any] = {}
+    for key, item in value.items():
+        if isinstance(key, Enum):
+            key = key.value
+        if not isinstance(key, str):
+            raise _Misplaced(
+                f"cannot store a dict key {key!r} of type {type(key).__name__}: "
+                "JSON object keys must be strings; convert the keys with str() first"
+            )
+        out[key] = _item(item, depth, f"[{key!r}]")
+    return out
 
 
 def decode(data: Any, *, session: Session | None = None) -> Any:

@@ -7,6 +7,7 @@ exactly which class and step is wrong and how to fix it.
 
 from __future__ import annotations
 
+import difflib
 import inspect
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -14,7 +15,8 @@ from dataclasses import dataclass, field, replace
 from datetime import date, datetime, timedelta
 from typing import TYPE_CHECKING, Any, NoReturn, overload
 
-from .errors import StepConfigurationError
+from .errors import StepConfigurationError, UnknownStepOptionError
+from .limits import MAX_QUEUE, MAX_STEP_NAME, PRIORITY_RANGE, duration_problem
 from .policy import (
     ACTIONS,
     TERMINAL_ACTIONS,
@@ -104,7 +106,15 @@ class StepDefinition:
         return f"{self.defined_in}.step {self.name!r}"
 
     def run(self, workflow: Workflow, *args: Any) -> Any:
-        return self.callable(workflow, *args)
+        result = self.callable(workflow, *args)
+        if result is not None and inspect.isawaitable(result):
+            # A lambda or wrapper around a coroutine function slips past the definition-time
+            # check; its coroutine never ran, so this must not count as a success.
+            close = getattr(result, "close", None)
+            if callable(close):
+                close()  # no "coroutine was never awaited" warning on top of this error
+            self._fail(f"returned an awaitable ({result!r}); {_NO_ASYNC}")
+        return result
 
     def should_skip(self, workflow: Workflow) -> bool:
         condition = self.skip_if
@@ -125,20 +135,21 @@ class StepDefinition:
         fail = self._fail
         if not callable(self.callable):
             fail(f"needs a callable, got {self.callable!r}")
-        if not isinstance(self.name, str) or not self.name.strip() or len(self.name) > 255:
-            fail("name= must be a non-blank str of at most 255 characters")
+        if is_async(self.callable):
+            fail(f"is an async function; {_NO_ASYNC}")
+        if not isinstance(self.name, str) or not self.name.strip():
+            fail(f"name= must be a non-blank str, got {self.name!r}")
+        if len(self.name) > MAX_STEP_NAME:
+            fail(
+                f"name= must be at most {MAX_STEP_NAME} characters (the length of the column "
+                f"that stores it), got one of {len(self.name)}; choose a shorter name"
+            )
         if self.name in known:
             fail("is already defined in this class or a parent; give the step another name")
         self.wait_delta = self._validate_wait()
         self.signal_matcher = self._validate_wait_for()
         self._validate_timeout()
-        if not (self.skip_if is None or isinstance(self.skip_if, bool | str)) and not callable(
-            self.skip_if
-        ):
-            fail(
-                f"skip_if= takes a callable (workflow) -> bool, a method name, True/False or "
-                f"None; got {self.skip_if!r}"
-            )
+        self._validate_skip_if()
         self.exception_policy = self._validate_on_exception()
         self._validate_position(known)
         self.job_options = validate_job_options(self.job_options, self.label)
@@ -154,8 +165,39 @@ class StepDefinition:
             )
         ):
             fail("max_iterations/max_runtime/checkpoint options need @resumable_step")
-        if self.resumable and len(inspect.signature(self.callable).parameters) < 2:
-            fail("is a resumable step: its function must take (self, it)")
+        self._validate_signature()
+
+    def _validate_signature(self) -> None:
+        if self.removed:
+            return
+        expected = "(self, it)" if self.resumable else "(self)"
+        problem = signature_problem(self.callable, 2 if self.resumable else 1)
+        if problem is None:
+            return
+        if self.resumable:
+            self._fail(
+                f"is a resumable step: its function must take {expected} — the iteration "
+                f"handle as its second argument — but {problem}"
+            )
+        self._fail(
+            f"its function must be callable as {expected}, but {problem}; read inputs from "
+            "self (self.hero, self.read_metadata(...), self.received_signal) instead"
+        )
+
+    def _validate_skip_if(self) -> None:
+        condition = self.skip_if
+        if condition is None or isinstance(condition, bool | str):
+            return  # a method name is looked up on the class, by _register_dsl
+        if not callable(condition):
+            self._fail(
+                f"skip_if= takes a callable (workflow) -> bool, a method name, True/False or "
+                f"None; got {condition!r}"
+            )
+        if is_async(condition):
+            self._fail(f"skip_if= is an async function; {_NO_ASYNC}")
+        problem = signature_problem(condition, 1)
+        if problem is not None:
+            self._fail(f"skip_if= must be callable as (workflow) -> bool, but {problem}")
 
     def _fail(self, message: str) -> NoReturn:
         raise StepConfigurationError(f"{self.label}: {message}")
@@ -168,6 +210,9 @@ class StepDefinition:
             self._fail(f"wait= takes a duration, got {wait!r}; to wait for a signal, use wait_for=")
         if isinstance(wait, bool) or not isinstance(wait, timedelta | int | float):
             self._fail(f"wait= takes a timedelta or a number of seconds, got {wait!r}")
+        problem = duration_problem(wait)
+        if problem is not None:
+            self._fail(f"wait={wait!r} {problem}")
         delta = wait if isinstance(wait, timedelta) else timedelta(seconds=wait)
         if delta < timedelta(0):
             self._fail(f"wait= must not be negative, got {wait!r}")
@@ -218,6 +263,9 @@ class StepDefinition:
             self._fail(
                 f"timeout= must be a positive timedelta or number of seconds, got {timeout!r}"
             )
+        problem = duration_problem(seconds)
+        if problem is not None:
+            self._fail(f"timeout={timeout!r} {problem}")
         self.timeout = timedelta(seconds=seconds)
         if isinstance(on_timeout, StepDefinition):
             on_timeout = on_timeout.name
@@ -330,6 +378,9 @@ class StepDefinition:
                 seconds = float(value)
             if seconds is None or seconds <= 0:
                 self._fail(f"invalid {option}=: must be a positive duration, got {value!r}")
+            problem = duration_problem(seconds)
+            if problem is not None:
+                self._fail(f"invalid {option}={value!r}: it {problem}")
             setattr(self, option, timedelta(seconds=seconds))
 
 
@@ -355,10 +406,21 @@ def validate_job_options(options: Any, context: str) -> dict[str, Any] | None:
         raise StepConfigurationError(
             f"{context}: job_options queue= must be a non-empty str, got {queue!r}"
         )
+    if queue is not None and len(queue) > MAX_QUEUE:
+        raise StepConfigurationError(
+            f"{context}: job_options queue= is {len(queue)} characters long, over the limit of "
+            f"{MAX_QUEUE} (the column that stores it); choose a shorter queue name"
+        )
     priority = options.get("priority")
     if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
         raise StepConfigurationError(
             f"{context}: job_options priority= must be an int, got {priority!r}"
+        )
+    low, high = PRIORITY_RANGE
+    if priority is not None and not low <= priority <= high:
+        raise StepConfigurationError(
+            f"{context}: job_options priority={priority} is outside the stored range "
+            f"{low}..{high}; lower runs first, so small numbers such as 0..10 are plenty"
         )
     return dict(options)
 
@@ -396,10 +458,10 @@ def _declare(fn: Callable[..., Any], options: dict[str, Any]) -> StepDefinition:
     Python keeps only the last of two ``def a`` in a class body, so a copy-pasted step would
     vanish silently; the class refuses that when it registers its steps (``_register_dsl``).
     """
+    namespace = _class_body(3)  # the class body calling @step / step()
+    _refuse_unknown_options(fn, options, namespace)
     definition = StepDefinition(callable=fn, **options)
-    try:
-        namespace = sys._getframe(2).f_locals  # the class body calling @step / step()
-    except ValueError:  # pragma: no cover - called from a shallow stack
+    if namespace is None:
         return definition
     previous = namespace.get(getattr(fn, "__name__", ""))
     if isinstance(previous, StepDefinition):
@@ -415,6 +477,7 @@ def repeat_step(
     ``polls = repeat_step(check_status, waits=[60, 300, 3600])`` adds ``step_N`` steps that run
     ``check_status`` after each wait; call ``self.finish()`` or ``self.skip()`` from it to stop.
     """
+    _refuse_unknown_options(fn, options, _class_body(2), allowed=_STEP_OPTIONS - {"wait"})
     return [StepDefinition(callable=fn, wait=w, **options) for w in waits]
 
 
@@ -490,7 +553,105 @@ def _removed(workflow: Any) -> None:  # pragma: no cover - never run: the execut
 def removed_step(name: str) -> StepDefinition:
     """A gravestone for a deleted step: rows still naming it are skipped past, not stranded.
 
-    Keep it where the step was (``old_name = removed_step("old_name")``) until
-    ``geneva-drive check`` reports no in-flight rows for it.
+    Keep it where the step was until ``geneva-drive check`` reports no in-flight rows for it,
+    either as a statement (``removed_step("old_name")``) or assigned
+    (``old_name = removed_step("old_name")``).
     """
-    return StepDefinition(callable=_removed, name=name, removed=True)
+    definition = StepDefinition(callable=_removed, name=name, removed=True)
+    namespace = _class_body(2)
+    if namespace is not None:
+        # A bare statement's value is thrown away, so the gravestone files itself in the class
+        # body, at this position (it marks where the step was); an assigned one is found twice
+        # and counted once (_register_dsl dedupes by identity).
+        namespace[f"{_GRAVESTONE_PREFIX}{name}"] = definition
+    return definition
+
+
+_GRAVESTONE_PREFIX = "geneva_drive removed step "  # a space: never a Python identifier
+_NO_ASYNC = (
+    "async steps are not supported yet (nothing would await the coroutine, so the step would "
+    "be recorded as done without running); write a plain def, and call async code with "
+    "asyncio.run(...) inside it if you must"
+)
+# What @step / @resumable_step accept; the other fields are set by the library.
+_STEP_OPTIONS = frozenset(
+    {
+        "name",
+        "wait",
+        "wait_for",
+        "skip_if",
+        "on_exception",
+        "max_reattempts",
+        "terminal_action",
+        "before_step",
+        "after_step",
+        "job_options",
+        "timeout",
+        "on_timeout",
+        "max_iterations",
+        "max_runtime",
+        "checkpoint_every",
+        "checkpoint_interval",
+    }
+)
+
+
+def _class_body(depth: int) -> dict[str, Any] | None:
+    """The namespace of the class body ``depth`` frames up, or None when it is no class body.
+
+    A class body's namespace is the dict being built (writes go into the class), and it has
+    ``__module__`` and ``__qualname__``; a module's globals have no ``__qualname__``.
+    """
+    try:
+        namespace = sys._getframe(depth).f_locals
+    except ValueError:  # pragma: no cover - called from a shallow stack
+        return None
+    if "__qualname__" in namespace and "__module__" in namespace:
+        return namespace
+    return None
+
+
+def _refuse_unknown_options(
+    fn: Any,
+    options: dict[str, Any],
+    namespace: dict[str, Any] | None,
+    allowed: frozenset[str] = _STEP_OPTIONS | {"resumable"},
+) -> None:
+    unknown = sorted(set(options) - allowed)
+    if not unknown:
+        return
+    owner = namespace.get("__qualname__") if namespace is not None else None
+    if owner is None:
+        owner = getattr(fn, "__qualname__", "").rpartition(".")[0] or "<no class>"
+    name = options.get("name") or getattr(fn, "__name__", None)
+    label = f"{owner}.step {name!r}" if name and name != "<lambda>" else f"{owner} (anonymous step)"
+    public = sorted(allowed - {"resumable"})
+    hints = []
+    for option in unknown:
+        close = difflib.get_close_matches(option, public, n=1)
+        if option == "if":
+            close = ["skip_if"]  # the gem's alias, refused: it would invert the condition
+        hints.append(f"{option!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    raise UnknownStepOptionError(
+        f"{label}: unknown step option{'s' if len(unknown) > 1 else ''} {', '.join(hints)}; "
+        f"the options are: {', '.join(public)}"
+    )
+
+
+def is_async(fn: Any) -> bool:
+    """A coroutine or async-generator function (also behind a partial or as ``__call__``)."""
+    candidates = [fn, inspect.getattr_static(type(fn), "__call__", None)]
+    return any(inspect.iscoroutinefunction(c) or inspect.isasyncgenfunction(c) for c in candidates)
+
+
+def signature_problem(fn: Any, arguments: int) -> str | None:
+    """Why ``fn`` cannot be called with ``arguments`` positional arguments, or None."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):  # a builtin without a signature: trust it
+        return None
+    try:
+        signature.bind(*range(arguments))
+    except TypeError as error:
+        return f"{getattr(fn, '__qualname__', fn)}{signature} cannot be: {error}"
+    return None

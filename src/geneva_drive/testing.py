@@ -233,9 +233,7 @@ def assert_step_executed(workflow: Workflow, step_name: str, *, state: str = "co
     """Some run of ``step_name`` ended in ``state``; a signal-timeout timer is not a run."""
     with _callers_session(workflow) as session:
         rows = [
-            r
-            for r in queries.executions_of_step(session, workflow.id, step_name)
-            if not r.is_timer
+            r for r in queries.executions_of_step(session, workflow.id, step_name) if not r.is_timer
         ]
         assert any(r.state == state for r in rows), (
             f"{type(workflow).__name__} id={workflow.id}: no {state!r} execution of step "

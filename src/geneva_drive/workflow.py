@@ -8,6 +8,7 @@ created; every mistake in them raises ``StepConfigurationError`` right there.
 from __future__ import annotations
 
 import contextlib
+import difflib
 import logging
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -16,21 +17,30 @@ from typing import Any, ClassVar
 
 from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Mapper, Session, mapperlib, object_session
+from sqlalchemy.orm import InstanceState, Mapper, Session, mapperlib, object_session
 
 from . import queries, serialization, writer
+from .backends.base import job_option_problem
 from .config import settings
 from .errors import (
     InvalidStateError,
+    SerializationError,
     StepConfigurationError,
     StepNotDefinedError,
     WorkflowAlreadyOngoing,
 )
 from .flow import Action, FlowControl
+from .limits import MAX_HERO_ID, MAX_HERO_TYPE, MAX_WORKFLOW_TYPE, duration_problem
 from .models import WORKFLOWS, Base, Signal, StepExecution, WorkflowColumns, workflow_table_args
 from .policy import ExceptionPolicy
 from .states import ExecutionState, Outcome, WorkflowState
-from .steps import StepCollection, StepDefinition, validate_job_options
+from .steps import (
+    StepCollection,
+    StepDefinition,
+    is_async,
+    signature_problem,
+    validate_job_options,
+)
 
 Hook = Callable[..., Any]
 
@@ -70,6 +80,7 @@ class Workflow(WorkflowColumns, Base):
     _exception_policies: ClassVar[list[ExceptionPolicy]] = []
     _cancel_conditions: ClassVar[list[Hook]] = []
     _job_options: ClassVar[dict[str, Any]] = {}
+    _job_option_keys: ClassVar[frozenset[str]] = frozenset()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         _register_dsl(cls)
@@ -94,10 +105,11 @@ class Workflow(WorkflowColumns, Base):
             raise StepConfigurationError(
                 "Workflow.create(): create a subclass of Workflow that declares steps"
             )
+        check_job_options(cls, settings().backend)
         workflow = cls()
         workflow.allow_multiple = allow_multiple
         workflow._set_hero(session, hero)
-        if step_job_options:
+        if step_job_options:  # checked before the workflow is in the session: nothing written
             workflow.step_job_options = step_job_options
         identity = cls.__mapper_args__["polymorphic_identity"]
         if not allow_multiple and workflow.hero_type is not None:
@@ -130,27 +142,35 @@ class Workflow(WorkflowColumns, Base):
     # -- the hero ------------------------------------------------------------------------
 
     def _set_hero(self, session: Session, hero: Any) -> None:
+        name = type(self).__name__
         if hero is None:
+            if not type(self).may_proceed_without_hero:
+                # Its first step's hero check would cancel it straight away, for no stated
+                # reason: refuse here, where the cause is.
+                raise StepConfigurationError(
+                    f"{name}.create(hero=None): {name} needs a hero — without one it would be "
+                    f"canceled at its first step; pass hero=<a mapped instance>, or set "
+                    f"may_proceed_without_hero = True on {name} for a workflow without a hero"
+                )
             self.hero_type = self.hero_id = None
             return
-        try:
-            state = sa_inspect(hero)
-            mapper = state.mapper
-        except Exception:
-            raise StepConfigurationError(
-                f"{type(self).__name__}.create(hero=...): the hero must be an instance of a "
-                f"mapped SQLAlchemy class, got {hero!r}"
-            ) from None
-        if len(mapper.primary_key) != 1:
-            raise StepConfigurationError(
-                f"{type(self).__name__}.create(hero=...): {type(hero).__name__} has a "
-                f"composite primary key; heroes need a single-column key (int, str or UUID)"
-            )
+        state = _hero_state(name, hero)
         if state.identity is None:
-            session.add(hero)
-            session.flush()
-        self.hero_type = type(hero).__name__
-        self.hero_id = str(sa_inspect(hero).identity[0])
+            _flush_new_hero(session, name, hero)
+        if state.identity is None:  # pragma: no cover - a flush always assigns the key
+            raise StepConfigurationError(f"{name}.create(hero=...): {hero!r} has no primary key")
+        hero_type, hero_id = type(hero).__name__, str(state.identity[0])
+        for what, value, limit in (
+            ("class name", hero_type, MAX_HERO_TYPE),
+            ("primary key", hero_id, MAX_HERO_ID),
+        ):
+            if len(value) > limit:
+                raise StepConfigurationError(
+                    f"{name}.create(hero=...): the hero's {what} {value[:40]!r}… is {len(value)} "
+                    f"characters long, over the limit of {limit} (the length of the column "
+                    "that stores it); use a hero with a shorter key, or a shorter class name"
+                )
+        self.hero_type, self.hero_id = hero_type, hero_id
         self.__dict__["_gd_hero"] = hero
 
     @property
@@ -248,7 +268,12 @@ class Workflow(WorkflowColumns, Base):
         if value is None:
             data.pop(key, None)
         else:
-            data[key] = serialization.encode(value)
+            try:
+                data[key] = serialization.encode(value)
+            except SerializationError as error:
+                raise SerializationError(
+                    f"{self._label}: write_metadata({key!r}): {error}"
+                ) from None
         self.metadata_json = data or None
 
     @property
@@ -257,7 +282,11 @@ class Workflow(WorkflowColumns, Base):
 
     @step_job_options.setter
     def step_job_options(self, options: dict[str, Any] | None) -> None:
-        validated = validate_job_options(options or None, f"{type(self).__name__}.step_job_options")
+        label = f"{type(self).__name__}.step_job_options"
+        validated = validate_job_options(options or None, label)
+        problem = job_option_problem(settings().backend, validated or ())
+        if problem is not None:
+            raise StepConfigurationError(f"{label}: {problem}")
         self.write_metadata("step_job_options", validated or None)
 
     def merged_job_options(self, step_def: StepDefinition) -> dict[str, Any]:
@@ -294,8 +323,7 @@ class Workflow(WorkflowColumns, Base):
     def reattempt(self, wait: timedelta | float | None = None, rewind: bool = False) -> None:
         """Inside a step: stop now and run this step again (after ``wait``)."""
         self._require_in_step("reattempt")
-        delta = timedelta(seconds=wait) if isinstance(wait, int | float) else wait
-        raise FlowControl(Action.REATTEMPT, wait=delta, rewind=rewind)
+        raise FlowControl(Action.REATTEMPT, wait=self._wait("reattempt", wait), rewind=rewind)
 
     def finish(self) -> None:
         """Inside a step: stop now, keep the step's work, and finish the whole workflow."""
@@ -311,8 +339,13 @@ class Workflow(WorkflowColumns, Base):
                 f"{self._label}: suspend() can only be called from inside a resumable step; "
                 f"step {self.current_step_name!r} is not one (use reattempt(wait=...) instead)"
             )
-        delta = timedelta(seconds=wait) if isinstance(wait, int | float) else wait
-        raise FlowControl(Action.SUSPEND, wait=delta)
+        raise FlowControl(Action.SUSPEND, wait=self._wait("suspend", wait))
+
+    def _wait(self, verb: str, wait: timedelta | float | None) -> timedelta | None:
+        problem = duration_problem(wait)
+        if problem is not None:
+            raise ValueError(f"{self._label}: {verb}(wait={wait!r}): the wait {problem}")
+        return timedelta(seconds=wait) if isinstance(wait, int | float) else wait
 
     def _require_in_step(self, verb: str) -> None:
         if not self._in_step:
@@ -369,7 +402,42 @@ _fallback.base = Workflow.__mapper__
 Workflow.__mapper__.polymorphic_map = _fallback
 
 
+def check_job_options(cls: type[Workflow], backend: Any, *, misspelt_only: bool = False) -> None:
+    """Refuse job-option keys of ``cls`` (class level or a step's) that ``backend`` ignores.
+
+    One subset test on the keys gathered at class definition; the search for the culprit
+    runs only when something is wrong.
+    """
+    accepted = getattr(backend, "accepted_job_options", None)
+    if accepted is None or cls._job_option_keys <= accepted:
+        return
+    sources: list[tuple[str, dict[str, Any]]] = [(f"{cls.__name__}.job_options", cls._job_options)]
+    sources += [(d.label, d.job_options) for d in cls.steps if d.job_options]
+    for label, options in sources:
+        problem = job_option_problem(backend, options, misspelt_only=misspelt_only)
+        if problem is not None:
+            raise StepConfigurationError(f"{label}: {problem}")
+
+
+def check_registered_job_options(backend: Any) -> None:
+    """At ``configure()``: refuse misspelt job-option keys in every class defined so far.
+
+    Only misspellings (``priorty``): a key no closer to the backend's than ``expires`` may
+    belong to a class this process never runs on this backend, and is refused at ``create()``
+    if it does.
+    """
+    for mapper in Workflow.__mapper__.self_and_descendants:
+        check_job_options(mapper.class_, backend, misspelt_only=True)
+
+
 def _claim_identity(cls: type[Workflow], identity: str) -> None:
+    if not isinstance(identity, str) or len(identity) > MAX_WORKFLOW_TYPE:
+        given = "workflow_type" if "workflow_type" in cls.__dict__ else "the class name"
+        raise StepConfigurationError(
+            f"{cls.__module__}.{cls.__qualname__}: {given} is stored as the workflow type, "
+            f"a str of at most {MAX_WORKFLOW_TYPE} characters (the length of its column); got "
+            f"{identity!r:.60}; set workflow_type = '<a shorter name>'"
+        )
     existing = Workflow.__mapper__.polymorphic_map.get(identity)
     if existing is None:
         return
@@ -391,6 +459,7 @@ def _register_dsl(cls: type[Workflow]) -> None:
     parent = _parent(cls)
     definitions = list(parent._step_definitions)
     names = [d.name for d in definitions if d.name is not None]
+    seen: set[int] = set()  # a gravestone is filed by removed_step() and maybe assigned too
     for value in list(cls.__dict__.values()):
         if isinstance(value, StepDefinition):
             group = [value]
@@ -403,6 +472,9 @@ def _register_dsl(cls: type[Workflow]) -> None:
         else:
             continue
         for definition in group:
+            if id(definition) in seen:
+                continue
+            seen.add(id(definition))
             if definition.name is None:
                 definition.name = f"step_{len(definitions) + 1}"
             definition.validate(cls.__name__, names)
@@ -418,6 +490,8 @@ def _register_dsl(cls: type[Workflow]) -> None:
             )
     cls._step_definitions = definitions
     cls.steps = StepCollection(definitions)
+    for definition in definitions:
+        _check_skip_if_name(cls, definition)
     for definition in definitions:  # on_timeout may name a step defined further down
         target = definition.on_timeout
         if target not in (None, "skip", "cancel", "pause") and target not in [
@@ -446,6 +520,7 @@ def _register_dsl(cls: type[Workflow]) -> None:
             raise StepConfigurationError(
                 f"{cls.__name__}.cancel_if must be a method returning bool, got {condition!r}"
             )
+        _check_method(cls, "cancel_if", condition, "(self) -> bool")
         conditions.append(condition)
     cls._cancel_conditions = conditions
 
@@ -453,10 +528,108 @@ def _register_dsl(cls: type[Workflow]) -> None:
         cls.__dict__.get("job_options"), f"{cls.__name__}.job_options"
     )
     cls._job_options = {**parent._job_options, **(own_options or {})}
+    # Every job-option key the class and its steps use: checked against the configured
+    # backend's accepted options once (configure(), create()), never per step.
+    cls._job_option_keys = frozenset(cls._job_options).union(
+        *(d.job_options or () for d in definitions)
+    )
 
-    for hook in ("before_step_execution", "after_step_execution", "around_step_execution"):
-        if hook in cls.__dict__ and not callable(cls.__dict__[hook]):
-            raise StepConfigurationError(f"{cls.__name__}.{hook} must be a method")
+    for hook, shape in _HOOKS.items():
+        if hook in cls.__dict__:
+            if not callable(cls.__dict__[hook]):
+                raise StepConfigurationError(f"{cls.__name__}.{hook} must be a method")
+            _check_method(cls, hook, cls.__dict__[hook], shape)
+
+
+_HOOKS = {
+    "before_step_execution": "(self, execution)",
+    "after_step_execution": "(self, execution)",
+    "around_step_execution": "(self, execution, proceed)",
+}
+
+
+def _check_method(cls: type[Workflow], name: str, method: Any, shape: str) -> None:
+    """A hook or condition must be a plain method callable as ``shape``."""
+    if is_async(method):
+        raise StepConfigurationError(
+            f"{cls.__name__}.{name} is an async function; geneva-drive calls it without "
+            f"awaiting, so it would never run; make it a plain def {name}{shape}"
+        )
+    problem = signature_problem(method, shape.count(",") + 1)
+    if problem is not None:
+        raise StepConfigurationError(
+            f"{cls.__name__}.{name} must be callable as {name}{shape}, but {problem}"
+        )
+
+
+def _check_skip_if_name(cls: type[Workflow], definition: StepDefinition) -> None:
+    name = definition.skip_if
+    if not isinstance(name, str) or hasattr(cls, name):
+        return
+    public = [a for a in dir(cls) if not a.startswith("_")]
+    close = difflib.get_close_matches(name, public, n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    definition._fail(
+        f"skip_if={name!r} names no method or attribute of {cls.__name__}; {hint}define "
+        f"def {name}(self) -> bool on the class, or pass a callable (workflow) -> bool"
+    )
+
+
+def _hero_state(name: str, hero: Any) -> InstanceState[Any]:
+    """The ORM state of a hero passed to ``create()``; refuses what cannot be one."""
+    where = f"{name}.create(hero=...)"
+    if isinstance(hero, type):
+        raise StepConfigurationError(
+            f"{where}: got the class {hero.__name__} itself; pass an instance, e.g. "
+            f"hero=session.get({hero.__name__}, id)"
+        )
+    try:
+        state = sa_inspect(hero)
+        state.mapper  # noqa: B018 — raises for objects that are inspectable but not instances
+    except Exception:
+        raise StepConfigurationError(
+            f"{where}: the hero must be an instance of a mapped SQLAlchemy class, got {hero!r}"
+        ) from None
+    if not isinstance(state, InstanceState):
+        raise StepConfigurationError(
+            f"{where}: the hero must be an instance of a mapped SQLAlchemy class, got {hero!r}"
+        )
+    if len(state.mapper.primary_key) != 1:
+        raise StepConfigurationError(
+            f"{where}: {type(hero).__name__} has a composite primary key; heroes need a "
+            "single-column key (int, str or UUID)"
+        )
+    if state.deleted or state.was_deleted:
+        raise StepConfigurationError(
+            f"{where}: {type(hero).__name__} {hero!r} has been deleted in this session; a "
+            "workflow needs a hero that exists"
+        )
+    return state
+
+
+def _flush_new_hero(session: Session, name: str, hero: Any) -> None:
+    """Give a hero that was never saved its primary key: add it to ``session`` and flush.
+
+    In a savepoint, so that a hero the database refuses leaves the caller's transaction as it
+    was (nothing written, still usable).
+    """
+    other = object_session(hero)
+    if other is not None and other is not session:
+        raise StepConfigurationError(
+            f"{name}.create(hero=...): the hero {hero!r} is new (no primary key yet) and "
+            "belongs to another session; flush it there first, or create the workflow in that "
+            "session"
+        )
+    try:
+        with session.begin_nested():
+            session.add(hero)
+            session.flush()
+    except Exception as error:
+        raise StepConfigurationError(
+            f"{name}.create(hero=...): the hero {hero!r} had no primary key yet, so it was "
+            f"added to the session and flushed, which failed: {type(error).__name__}: {error}; "
+            "save the hero yourself first (session.add(hero); session.flush())"
+        ) from error
 
 
 _hero_classes: dict[str, type[Any]] = {}

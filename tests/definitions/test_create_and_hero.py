@@ -7,8 +7,14 @@ import uuid
 from datetime import timedelta
 
 import pytest
-from sqlalchemy import func, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy import Integer, String, func, select, update
+from sqlalchemy.orm import (
+    DeclarativeBase,
+    Mapped,
+    Session,
+    make_transient_to_detached,
+    mapped_column,
+)
 
 from geneva_drive import (
     StepConfigurationError,
@@ -72,6 +78,22 @@ class CreateVanishing(Workflow):
     @step
     def only(self):
         pass
+
+
+class _WideKeys(DeclarativeBase):
+    """Heroes the tests never store (no table): built detached, with their key set."""
+
+
+class CreateWideKeyHero(_WideKeys):
+    __tablename__ = "create_wide_key_heroes"
+    id: Mapped[str] = mapped_column(String(400), primary_key=True)
+
+
+_LONG_NAMED_HERO: type = type(
+    "H" * 256,
+    (_WideKeys,),
+    {"__tablename__": "create_long_named_heroes", "id": mapped_column(Integer, primary_key=True)},
+)
 
 
 def _order(session):
@@ -148,7 +170,7 @@ def test_the_hero_is_none_once_its_row_is_deleted(session):
 
 
 def test_a_workflow_without_a_hero_is_created_without_one(session):
-    wf = CreateQuick.create(session)
+    wf = CreateHeroless.create(session)
     session.commit()
     assert (wf.hero_type, wf.hero_id, wf.hero) == (None, None, None)
     assert wf.next_step_name == "only"
@@ -160,16 +182,94 @@ def test_a_hero_less_workflow_that_may_proceed_without_hero_runs_to_the_end(sess
     assert_workflow_state(wf, "finished")
 
 
-def test_a_hero_less_workflow_without_may_proceed_without_hero_is_canceled(session):
-    wf = CreateQuick.create(session)
-    speedrun(wf)
-    assert_workflow_state(wf, "canceled")
+def test_creating_a_workflow_that_needs_a_hero_without_one_is_refused_and_writes_nothing(session):
+    # Before: created, then canceled at its first step with no reason stored.
+    with pytest.raises(
+        StepConfigurationError,
+        match=r"CreateQuick\.create\(hero=None\): CreateQuick needs a hero.*"
+        r"may_proceed_without_hero = True",
+    ):
+        CreateQuick.create(session)
+    session.commit()
+    assert _workflow_count(session) == 0
+
+
+def test_a_class_passed_as_the_hero_is_refused_naming_the_fix(session):
+    # Before: a raw AttributeError from SQLAlchemy's Mapper.
+    with pytest.raises(
+        StepConfigurationError,
+        match=r"CreateQuick\.create\(hero=\.\.\.\): got the class Order itself; pass an "
+        r"instance, e\.g\. hero=session\.get\(Order, id\)",
+    ):
+        CreateQuick.create(session, hero=Order)
+    session.commit()
+    assert _workflow_count(session) == 0
+
+
+@pytest.mark.filterwarnings("ignore:Column 'app_accounts.id' is marked")
+def test_a_new_hero_the_database_refuses_is_a_clear_error_and_the_transaction_stays_usable(
+    session,
+):
+    # Account's key is not generated: flushing it without one fails in the database.
+    with pytest.raises(
+        StepConfigurationError,
+        match=r"(?s)CreateQuick\.create\(hero=\.\.\.\): the hero .* had no primary key yet, so "
+        r"it was added to the session and flushed, which failed: .*save the hero yourself",
+    ):
+        CreateQuick.create(session, hero=Account(email="no-key@example.com"))
+    order = _order(session)  # the caller's transaction is still usable
+    session.commit()
+    assert _workflow_count(session) == 0
+    assert session.get(Order, order.id) is not None
+
+
+def test_a_new_hero_of_another_session_is_refused(session):
+    with Session(session.get_bind()) as other:
+        order = Order()
+        other.add(order)
+        with pytest.raises(StepConfigurationError, match=r"belongs to another session"):
+            CreateQuick.create(session, hero=order)
+
+
+def test_a_hero_deleted_in_this_session_is_refused(session):
+    order = _order(session)
+    session.commit()
+    session.delete(order)
+    session.flush()
+    with pytest.raises(StepConfigurationError, match=r"has been deleted in this session"):
+        CreateQuick.create(session, hero=order)
+
+
+def test_a_hero_key_longer_than_its_column_is_refused_before_any_sql(session):
+    # SQLite stored it; PostgreSQL and MariaDB failed at flush with a raw DataError.
+    hero = CreateWideKeyHero(id="k" * 256)
+    make_transient_to_detached(hero)  # as if loaded: it has its key, no table needed
+    with pytest.raises(
+        StepConfigurationError,
+        match=r"CreateQuick\.create\(hero=\.\.\.\): the hero's primary key 'kkk.* is 256 "
+        r"characters long, over the limit of 255",
+    ):
+        CreateQuick.create(session, hero=hero)
+    session.commit()
+    assert _workflow_count(session) == 0
+
+
+def test_a_hero_class_name_longer_than_its_column_is_refused_before_any_sql(session):
+    hero = _LONG_NAMED_HERO(id=1)
+    make_transient_to_detached(hero)
+    with pytest.raises(
+        StepConfigurationError,
+        match=r"the hero's class name 'HHH.* is 256 characters long, over the limit of 255",
+    ):
+        CreateQuick.create(session, hero=hero)
+    session.commit()
+    assert _workflow_count(session) == 0
 
 
 def test_two_hero_less_workflows_of_one_class_may_be_ongoing_at_once(session):
     # Decision: uniqueness is per hero; the gem's model check also compared NULL heroes (H-19).
-    CreateQuick.create(session)
-    CreateQuick.create(session)
+    CreateHeroless.create(session)
+    CreateHeroless.create(session)
     session.commit()
     assert _workflow_count(session) == 2
 
@@ -197,7 +297,7 @@ def test_create_starts_ready_and_schedules_the_first_step_after_its_wait(session
 
 def test_create_starts_at_the_first_step_in_positional_order(session):
     # DESIGN 4.2 #2: the gem started at the first *defined* step (H-2).
-    wf = CreateAheadOfFirst.create(session)
+    wf = CreateAheadOfFirst.create(session, hero=_order(session))
     session.commit()
     assert wf.next_step_name == "runs_first"
     assert wf.current_execution.step_name == "runs_first"
@@ -217,7 +317,7 @@ def test_the_base_workflow_class_cannot_be_created(session):
 
 
 def test_the_stored_type_is_the_class_identity(session):
-    wf = CreateQuick.create(session)
+    wf = CreateQuick.create(session, hero=_order(session))
     session.commit()
     assert wf.type == "CreateQuick"
 
@@ -355,7 +455,9 @@ def test_heroes_of_different_types_with_equal_ids_do_not_block_each_other(sessio
 
 
 def test_step_job_options_are_stored_and_read_back_after_a_reload(session):
-    wf = CreateQuick.create(session, step_job_options={"queue": "vip", "priority": 9})
+    wf = CreateQuick.create(
+        session, hero=_order(session), step_job_options={"queue": "vip", "priority": 9}
+    )
     session.commit()
     other, loaded = _fresh(session, wf)
     with other:
@@ -363,7 +465,7 @@ def test_step_job_options_are_stored_and_read_back_after_a_reload(session):
 
 
 def test_a_workflow_without_step_job_options_reads_an_empty_dict(session):
-    wf = CreateQuick.create(session)
+    wf = CreateQuick.create(session, hero=_order(session))
     assert wf.step_job_options == {}
     assert wf.metadata_json is None
 
@@ -372,17 +474,17 @@ def test_invalid_step_job_options_are_refused_naming_the_class(session):
     with pytest.raises(
         StepConfigurationError, match=r"CreateQuick\.step_job_options: job_options priority="
     ):
-        CreateQuick.create(session, step_job_options={"priority": "urgent"})
+        CreateQuick.create(session, hero=_order(session), step_job_options={"priority": "urgent"})
     assert _workflow_count(session) == 0
 
 
 def test_step_job_options_cannot_schedule_the_step(session):
     with pytest.raises(StepConfigurationError, match=r"CreateQuick\.step_job_options: .*wait"):
-        CreateQuick.create(session, step_job_options={"wait": 5})
+        CreateQuick.create(session, hero=_order(session), step_job_options={"wait": 5})
 
 
 def test_clearing_step_job_options_removes_them(session):
-    wf = CreateQuick.create(session, step_job_options={"queue": "vip"})
+    wf = CreateQuick.create(session, hero=_order(session), step_job_options={"queue": "vip"})
     wf.step_job_options = {}
     assert wf.step_job_options == {}
 
@@ -395,7 +497,9 @@ def test_per_instance_job_options_do_not_affect_uniqueness(session):
 
 
 def test_job_options_merge_class_then_instance_then_step(session):
-    wf = CreateTwoSteps.create(session, step_job_options={"priority": 7, "queue": "instance"})
+    wf = CreateTwoSteps.create(
+        session, hero=_order(session), step_job_options={"priority": 7, "queue": "instance"}
+    )
     merged_first = wf.merged_job_options(CreateTwoSteps.steps.named("first"))
     merged_second = wf.merged_job_options(CreateTwoSteps.steps.named("second"))
     assert merged_first == {"queue": "instance", "priority": 7}
@@ -403,7 +507,7 @@ def test_job_options_merge_class_then_instance_then_step(session):
 
 
 def test_the_first_execution_is_queued_with_the_merged_job_options(session):
-    wf = CreateTwoSteps.create(session, step_job_options={"priority": 7})
+    wf = CreateTwoSteps.create(session, hero=_order(session), step_job_options={"priority": 7})
     session.commit()
     execution = wf.current_execution
     assert (execution.queue, execution.priority) == ("class-queue", 7)
@@ -426,7 +530,7 @@ def test_a_row_whose_class_no_longer_exists_loads_as_the_base_workflow(session):
 
 
 def test_a_row_of_a_vanished_class_shows_up_in_queries_over_all_workflows(session):
-    wf = CreateVanishing.create(session)
+    wf = CreateVanishing.create(session, hero=_order(session))
     session.commit()
     session.execute(update(Workflow).where(Workflow.id == wf.id).values(type="GoneForGood"))
     session.commit()

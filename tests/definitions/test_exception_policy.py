@@ -8,6 +8,7 @@ from datetime import timedelta
 import pytest
 
 from geneva_drive import ExceptionPolicy, exponential_backoff
+from geneva_drive.errors import PolicyResolutionError
 from geneva_drive.policy import PolicyError, PolicyList, wait_for_attempt
 
 
@@ -200,8 +201,16 @@ def test_a_class_name_for_this_test_module_is_resolved():
 @pytest.mark.parametrize(
     "name", ["no.such.module.Error", "json.NoSuchError", "NoSuchBuiltinError", "json.dumps"]
 )
-def test_a_class_name_that_cannot_be_resolved_matches_nothing(name):
-    assert not ExceptionPolicy("skip", matching=name).captures(Exception())
+def test_a_class_name_that_cannot_be_resolved_is_a_policy_resolution_error(name):
+    # Before: silently matched nothing, so the error fell through to the default pause.
+    with pytest.raises(PolicyResolutionError, match=rf"matching={name!r}"):
+        ExceptionPolicy("skip", matching=name).captures(Exception())
+
+
+@pytest.mark.parametrize("name", ["no such.Error", "mod..Error", ""])
+def test_a_matching_string_that_is_no_dotted_name_is_refused_at_once(name):
+    with pytest.raises(PolicyError, match="is no dotted class name"):
+        ExceptionPolicy("skip", matching=name)
 
 
 def test_a_predicate_matcher_decides_per_error():

@@ -316,3 +316,24 @@ def test_the_decision_carries_the_report_mode_of_the_deciding_policy():
 def test_a_handler_policy_with_report_never_is_not_reported():
     policy = ExceptionPolicy(handler=lambda wf, error: wf.skip(), report="never")
     assert not _resolve(RuntimeError(), step_policy=policy).should_report
+
+
+def test_a_wait_callable_returning_nan_gives_the_default_pause_with_the_problem_noted():
+    # Before: timedelta(seconds=nan) raised inside resolution, which phase 3 does not survive.
+    policy = ExceptionPolicy("reattempt", wait=lambda attempt: float("nan"))
+    error = RuntimeError("flaky")
+    decision = _resolve(error, step_policy=policy)
+    assert decision.action is Action.PAUSE
+    assert decision.problem is not None
+    assert "its wait= callable" in str(decision.problem)
+    assert any("could not be applied to RuntimeError" in note for note in error.__notes__)
+
+
+def test_a_handler_that_raises_gives_the_default_pause_instead_of_escaping():
+    def handler(wf, error):
+        raise KeyError("bug in the handler")
+
+    error = RuntimeError("flaky")
+    decision = _resolve(error, step_policy=ExceptionPolicy(handler=handler))
+    assert decision.action is Action.PAUSE
+    assert "its handler raised KeyError" in str(decision.problem)

@@ -30,6 +30,7 @@ EXPECTED_PUBLIC_NAMES = [
     "StepExecutionError",
     "StepNotDefinedError",
     "SystemClock",
+    "UnitOfWorkError",
     "Workflow",
     "WorkflowAlreadyOngoing",
     "WorkflowNotOngoing",
@@ -104,7 +105,7 @@ def test_every_deliberate_error_derives_from_the_package_base_error():
         for name in EXPECTED_PUBLIC_NAMES
         if name.endswith(("Error", "Transition", "Ongoing"))
     ]
-    assert len(errors) == 11
+    assert len(errors) == 12
     assert all(issubclass(error, geneva_drive.GenevaDriveError) for error in errors)
 
 

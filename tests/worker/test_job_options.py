@@ -38,8 +38,27 @@ def test_keys_other_than_queue_and_priority_reach_the_backend_unchanged(gd, sess
     }
 
 
-def test_the_database_worker_routes_by_queue_and_priority_and_ignores_other_keys(gd, session):
-    wf = JobOptionsPassThrough.create(session)
+class JobOptionsRouted(Workflow):
+    may_proceed_without_hero = True
+    job_options = {"queue": "reports"}
+
+    @step(job_options={"priority": 3})
+    def build(self) -> None:
+        pass
+
+
+def test_the_database_worker_refuses_keys_it_would_ignore(gd, session):
+    # Before: accepted and silently ignored (issue 14 item 15).
+    with pytest.raises(
+        StepConfigurationError,
+        match=r"JobOptionsPassThrough\.job_options: job option 'expires' is not understood by "
+        r"the configured backend DatabaseBackend, which accepts: priority, queue",
+    ):
+        JobOptionsPassThrough.create(session)
+
+
+def test_the_database_worker_routes_by_queue_and_priority(gd, session):
+    wf = JobOptionsRouted.create(session)
     session.commit()
     execution = wf.current_execution
     assert (execution.queue, execution.priority) == ("reports", 3)

@@ -7,6 +7,8 @@ row), unless ``enqueue_after_commit`` is off or ``with_inline_enqueue()`` is act
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
@@ -53,8 +55,50 @@ class EnqueuedStep:
 
 
 class Backend(Protocol):
+    """What a backend implements.
+
+    A backend may also declare ``accepted_job_options``, a frozenset of the job-option keys it
+    understands; geneva-drive then refuses any other key: ``create()`` checks the class's and
+    the instance's options, and ``configure()`` already refuses, in every class defined so
+    far, keys that look like misspellings of accepted ones. Without it, any key passes.
+    """
+
     def enqueue(self, step: EnqueuedStep) -> None:
         """Deliver a wake-up for a committed scheduled execution. Must not raise on duplicates."""
+
+
+# The database worker routes by these two columns; the inline backend accepts the same, so a
+# test suite on it refuses what a production worker would silently ignore.
+DATABASE_JOB_OPTIONS = frozenset({"queue", "priority"})
+
+
+def job_option_problem(
+    backend: Any, keys: Iterable[str], *, misspelt_only: bool = False
+) -> str | None:
+    """Why ``backend`` cannot take job options with ``keys`` (with a "did you mean"), or None.
+
+    ``misspelt_only``: complain only about keys close to one the backend accepts — the check
+    ``configure()`` runs over every class of the process, some of which may be meant for
+    another backend (a Celery app's classes in a test run on the database backend).
+    """
+    accepted: frozenset[str] | None = getattr(backend, "accepted_job_options", None)
+    if accepted is None:
+        return None
+    unknown = sorted(set(keys) - accepted)
+    hints = []
+    for key in unknown:
+        close = difflib.get_close_matches(key, sorted(accepted), n=1)
+        if close or not misspelt_only:
+            hints.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    if not hints:
+        return None
+    several = len(hints) > 1
+    return (
+        f"job option{'s' if several else ''} {', '.join(hints)} "
+        f"{'are' if several else 'is'} not understood by the configured backend "
+        f"{type(backend).__name__}, which accepts: {', '.join(sorted(accepted))} (a key it "
+        "does not know would be ignored silently)"
+    )
 
 
 def enqueue_after_commit(session: Session, step: EnqueuedStep) -> None:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Protocol
 
-from .base import EnqueuedStep
+from .base import DATABASE_JOB_OPTIONS, EnqueuedStep
 
 # A row due within this margin counts as "due now" (clocks of app and worker hosts differ a
 # little; a worker woken slightly early just sleeps until the row's due time).
@@ -32,6 +32,8 @@ class Wakeup(Protocol):
 
 class DatabaseBackend:
     """Nothing to send: wake-ups only. ``notify=False`` turns off PostgreSQL NOTIFY."""
+
+    accepted_job_options = DATABASE_JOB_OPTIONS
 
     def __init__(self, *, notify: bool = True) -> None:
         self.notify = notify

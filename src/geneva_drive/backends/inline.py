@@ -9,13 +9,24 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+from collections.abc import Iterable
 
-from .base import EnqueuedStep
+from .base import DATABASE_JOB_OPTIONS, EnqueuedStep
 
 
 class InlineBackend:
-    def __init__(self, *, run_delayed: bool = False) -> None:
+    """``accepted_job_options``: the job-option keys to allow — those of the database worker
+    by default; pass e.g. ``CeleryBackend.accepted_job_options`` to run a Celery app's
+    workflows inline in its tests."""
+
+    def __init__(
+        self,
+        *,
+        run_delayed: bool = False,
+        accepted_job_options: Iterable[str] = DATABASE_JOB_OPTIONS,
+    ) -> None:
         self.run_delayed = run_delayed
+        self.accepted_job_options = frozenset(accepted_job_options)
         self._local = threading.local()
 
     def enqueue(self, step: EnqueuedStep) -> None:

@@ -97,6 +97,37 @@ class CeleryBackend:
     message counts as lost and is sent again.
     """
 
+    # The job-option keys passed on to apply_async: its documented options and the usual kombu
+    # publish ones; not eta/countdown (geneva-drive schedules), task_id/args/kwargs (set here)
+    # nor connection/producer objects (per-instance options are stored as JSON).
+    accepted_job_options = frozenset(
+        {
+            "queue",
+            "priority",
+            "routing_key",
+            "exchange",
+            "exchange_type",
+            "expires",
+            "shadow",
+            "retry",
+            "retry_policy",
+            "time_limit",
+            "soft_time_limit",
+            "serializer",
+            "compression",
+            "link",
+            "link_error",
+            "add_to_parent",
+            "ignore_result",
+            "headers",
+            "delivery_mode",
+            "mandatory",
+            "immediate",
+            "reply_to",
+            "correlation_id",
+        }
+    )
+
     def __init__(
         self,
         celery_app: Any,
