@@ -68,8 +68,9 @@ def wait_for_database(
                 return
         except DBAPIError as error:
             if time.monotonic() + delay > deadline:
+                waited = f" after {wait:g} s" if wait > 0 else ""
                 raise DatabaseUnreachable(
-                    f"cannot reach the database at {where} after {wait:g} s: "
+                    f"cannot reach the database at {where}{waited}: "
                     f"{first_line(error)}; check --database-url (GENEVA_DRIVE_DATABASE_URL) "
                     "and that the server is up"
                 ) from error
@@ -150,7 +151,8 @@ class Outages:
         self._lock = threading.Lock()
         self._since: float | None = None
         self._delay = first
-        self.count = 0  # outages seen (tests wait on it)
+        self.count = 0  # outages seen
+        self.failures = 0  # failed attempts, over all outages
 
     @property
     def ongoing(self) -> bool:
@@ -159,6 +161,7 @@ class Outages:
     def failed(self, error: BaseException) -> float:
         """Record a failed attempt; returns the pause before the next one."""
         with self._lock:
+            self.failures += 1
             if self._since is None:
                 self._since = time.monotonic()
                 self._delay = self._first
