@@ -149,24 +149,27 @@ def test_a_worker_refuses_to_start_when_no_workflow_class_is_loaded(gd, monkeypa
     assert worker.steps_run == 0
 
 
-def test_a_workflow_class_defined_after_the_worker_started_is_claimed(gd, session, clock):
+def _define_workflow_class(name: str) -> type[Workflow]:
+    def only(self: Workflow) -> None:
+        pass
+
+    namespace = {"may_proceed_without_hero": True, "only": step(only), "__module__": __name__}
+    return type(name, (Workflow,), namespace)
+
+
+def test_a_workflow_class_defined_after_the_worker_started_is_claimed(gd, session, db_backend):
     worker = Worker(config=gd, concurrency=1, poll_interval=0.05)
     thread = threading.Thread(target=worker.run, kwargs={"install_signals": False}, daemon=True)
     thread.start()
+    name = f"DefinedLater{db_backend.capitalize()}"  # one class per backend: no redefinition
     try:
         wait_until_true(lambda: worker.idle_waits > 0, "the worker to go idle")
+        assert name not in worker.scope.workflow_types
 
-        class DefinedLater(Workflow):
-            may_proceed_without_hero = True
-
-            @step
-            def only(self) -> None:
-                pass
-
-        wf = DefinedLater.create(session)
+        wf = _define_workflow_class(name).create(session)
         session.commit()
         wait_until_true(finished(gd, wf.id), "the late class's workflow to finish")
     finally:
         worker.stop()
         thread.join(timeout=30)
-    assert "DefinedLater" in worker.scope.workflow_types
+    assert name in worker.scope.workflow_types
