@@ -15,6 +15,13 @@ Threads of one worker process:
 - **the listener** (PostgreSQL): ``LISTEN geneva_drive`` on a dedicated connection; a NOTIFY
   from a commit that made a row due now wakes an idle step thread at once.
 
+What it claims: only executions of the workflow classes (and hero classes) this process has
+loaded, on the queues it serves (see ``loaded.py``); it refuses to start with no workflow class
+at all, and says once per class which rows it leaves for workers that have the code. Before the
+threads start it waits (bounded) for the database and checks its schema revision
+(``startup.py``); a database lost while running is retried with backoff, one log line when it
+goes and one when it is back.
+
 Stopping: the first SIGINT/SIGTERM (or :meth:`Worker.stop`) stops claiming; running steps get
 ``grace_period`` to finish (resumable ones stop at their next checkpoint); steps still running
 then have their leases expired on the spot, so another worker recovers them without waiting.
@@ -43,6 +50,8 @@ from .backends.database import DatabaseBackend
 from .clock import to_timedelta
 from .config import Settings, settings
 from .executor import RunOptions, claim_and_run
+from .loaded import UnloadedClassReport, claim_scope, require_workflows
+from .startup import DEFAULT_WAIT_SECONDS, Outages, check_database, is_outage
 
 log = logging.getLogger("geneva_drive.worker")
 
@@ -50,6 +59,9 @@ log = logging.getLogger("geneva_drive.worker")
 # finishing a step) must not turn the idle loop into a busy loop. Also how much later than the
 # first one further idle threads timed on the same due row wake (see IdleThreads).
 MIN_IDLE_SECONDS = 0.05
+# How often an idle worker counts the rows of classes it has not loaded (it reads every
+# scheduled row, so not at every idle moment); new classes are reported when first seen.
+SURVEY_SECONDS = 300.0
 
 
 def freeze_startup_objects() -> None:
@@ -189,6 +201,7 @@ class Worker:
         housekeeping_interval: timedelta | float | None = None,
         listen: bool = True,
         eager: bool = True,
+        startup_wait: float = DEFAULT_WAIT_SECONDS,
     ) -> None:
         self.config = config or settings()
         engine = self.config.require_engine()
@@ -212,6 +225,14 @@ class Worker:
         self.poll_interval = poll_interval
         self.listen = listen and engine.dialect.name == "postgresql"
         self.eager = eager
+        self.startup_wait = startup_wait
+        # What the step threads claim: set by run() from the classes loaded then, refreshed
+        # when idle (a class defined later is picked up), replaced whole (threads read it).
+        self.scope = claim_scope(self.queues)
+        self.outages = Outages(log)
+        self._unloaded = UnloadedClassReport(log)
+        self._next_survey = 0.0
+        self._survey_lock = threading.Lock()
         self.worker_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.options = RunOptions(
             worker_id=self.worker_id,
@@ -236,7 +257,16 @@ class Worker:
     # -- running -------------------------------------------------------------------------
 
     def run(self, *, until: Callable[[], bool] | None = None, install_signals: bool = True) -> None:
-        """Run until stopped (or until ``until()`` is true, checked when idle)."""
+        """Run until stopped (or until ``until()`` is true, checked when idle).
+
+        Raises ``NoWorkflowsLoaded`` when no workflow class is defined in this process, and
+        ``startup.StartupError`` when the database stays unreachable for ``startup_wait``
+        seconds or its schema is not this package's.
+        """
+        self.scope = claim_scope(self.queues)
+        require_workflows(self.scope)
+        check_database(self.config.require_engine(), wait=self.startup_wait)
+        self._survey(force=True)
         backend = self.config.backend
         if isinstance(backend, DatabaseBackend):
             backend.subscribe(self._wakeup)
@@ -245,11 +275,12 @@ class Worker:
             self._install_signal_handlers()
             freeze_startup_objects()
         log.info(
-            "worker %s started: concurrency=%d queues=%s lease=%ss",
+            "worker %s started: concurrency=%d queues=%s lease=%ss workflows=%s",
             self.worker_id,
             self.concurrency,
             ",".join(self.queues or ["*"]),
             self.lease.total_seconds(),
+            ",".join(self.scope.workflow_types),
         )
         self._until = until
         helpers = [threading.Thread(target=self._maintain, name="geneva-drive-heartbeat")]
@@ -323,17 +354,9 @@ class Worker:
         with self._continuing(take):
             while not self._stopping.is_set():
                 try:
-                    ran = claim_and_run(self.queues, self.options, self.config)
-                    if ran:
-                        self._count()
-                    while taken and not self._stopping.is_set():
-                        if claim_and_run(
-                            self.queues, self.options, self.config, execution_id=taken.pop()
-                        ):
-                            self._count(eager=True)
-                except Exception:
-                    log.exception("worker loop error; retrying after a pause")
-                    self._stopping.wait(self.poll_interval)
+                    ran = self._claim_and_run(taken)
+                except Exception as error:
+                    self._pause_after(error)
                     continue
                 finally:
                     # Not run (we are stopping, or it failed): it stays scheduled for anyone.
@@ -345,10 +368,66 @@ class Worker:
                 if self._until is not None and self._until():
                     self.stop()
                     return
-                timeout, due = self._next_wake()
+                try:
+                    self._survey()
+                    timeout, due = self._next_wake()
+                except Exception as error:
+                    self._pause_after(error)
+                    continue
                 with self._count_lock:
                     self.idle_waits += 1
                 self._wakeup.sleep(timeout, due)
+
+    def _claim_and_run(self, taken: list[int]) -> bool:
+        """Claim and run one due execution, then any this thread kept for itself."""
+        scope = self.scope
+        ran = claim_and_run(scope, self.options, self.config)
+        self.outages.ok()
+        if ran:
+            self._count()
+        while taken and not self._stopping.is_set():
+            if claim_and_run(scope, self.options, self.config, execution_id=taken.pop()):
+                self._count(eager=True)
+        return ran
+
+    def _pause_after(self, error: Exception) -> None:
+        """A failed claim: a lost database is retried with backoff and reported once."""
+        if is_outage(error):
+            self._stopping.wait(self.outages.failed(error))
+            return
+        log.exception("worker loop error; retrying after a pause")
+        self._stopping.wait(self.poll_interval)
+
+    # -- what it claims ------------------------------------------------------------------
+
+    def _refresh_scope(self) -> bool:
+        """Take in classes defined since the last look; True if there were any."""
+        try:
+            scope = claim_scope(self.queues)
+        except RuntimeError:  # a registry changed while we read it: look next time
+            return False
+        if (scope.workflow_types, scope.hero_types) == (
+            self.scope.workflow_types,
+            self.scope.hero_types,
+        ):
+            return False
+        self.scope = scope
+        log.info("claiming workflows of %s", ", ".join(scope.workflow_types))
+        return True
+
+    def _survey(self, *, force: bool = False) -> None:
+        """Report rows of classes this worker does not load (each class once); when idle."""
+        if not self._survey_lock.acquire(blocking=False):
+            return  # another idle thread is at it
+        try:
+            changed = self._refresh_scope()
+            if not (force or changed or time.monotonic() >= self._next_survey):
+                return
+            self._next_survey = time.monotonic() + SURVEY_SECONDS
+            with self.config.session_factory()() as session, session.begin():
+                self._unloaded.survey(session, self.scope)
+        finally:
+            self._survey_lock.release()
 
     @contextlib.contextmanager
     def _continuing(self, take: Callable[[EnqueuedStep], bool]) -> Iterator[None]:
@@ -376,7 +455,7 @@ class Worker:
     def _next_wake(self) -> tuple[float, datetime | None]:
         """How long to sleep, and the due time that is the reason (None: the poll interval)."""
         with self.config.session_factory()() as session, session.begin():
-            due = queries.next_claimable_due_time(session, self.queues)
+            due = queries.next_claimable_due_time(session, self.scope)
         if due is None:
             return self.poll_interval, None
         seconds = (due - self.config.clock.now()).total_seconds()
@@ -417,7 +496,10 @@ class Worker:
             for task in (self.heartbeat, self.recover_expired_leases):
                 try:
                     task()
-                except Exception:
+                except Exception as error:
+                    if is_outage(error):
+                        self.outages.failed(error)  # said once per outage, by the step threads
+                        continue
                     log.exception("worker maintenance (%s) failed; retrying", task.__name__)
             if every and next_housekeeping is not None and time.monotonic() >= next_housekeeping:
                 next_housekeeping = time.monotonic() + every.total_seconds()
@@ -448,10 +530,13 @@ class Worker:
                     for note in driver.notifies(timeout=1.0):
                         if not self.queues or note.payload in self.queues:
                             self._wakeup.set()
-            except Exception:
+            except Exception as error:
                 if self._done.is_set():
                     break
-                log.warning("LISTEN connection failed; polling until it is back", exc_info=True)
+                if is_outage(error) or isinstance(error, engine.dialect.loaded_dbapi.Error):
+                    self.outages.failed(error)  # the database went away: said once
+                else:
+                    log.warning("LISTEN connection failed; polling until it is back", exc_info=True)
                 self._done.wait(self.poll_interval)
             finally:
                 self.listening = False

@@ -15,15 +15,20 @@ import re
 from typing import Any
 
 import psycopg
+import pytest
 from sqlalchemy import event
 
 from geneva_drive import queries
+from geneva_drive.loaded import claim_scope
+from geneva_drive.queries import bypass, claims
 from tests.worker.apps import WorkerScaleThreeSteps
 
 BACKLOG = 300
 
 
-def _claim_statement(gd: Any, session: Any, clock: Any) -> tuple[str, dict[str, Any]]:
+def _claim_statement(
+    gd: Any, session: Any, clock: Any, scope: Any = None
+) -> tuple[str, dict[str, Any]]:
     """The claim's SQL and parameters, as the worker sends them."""
     sent: list[tuple[str, Any]] = []
 
@@ -34,7 +39,7 @@ def _claim_statement(gd: Any, session: Any, clock: Any) -> tuple[str, dict[str, 
     event.listen(gd.engine, "before_cursor_execute", record)
     try:
         with session.begin():
-            assert queries.claim_due_execution(session, clock.now(), None) is not None
+            assert queries.claim_due_execution(session, clock.now(), scope) is not None
             session.rollback()
     finally:
         event.remove(gd.engine, "before_cursor_execute", record)
@@ -67,16 +72,19 @@ def _generic_plan(gd: Any, statement: str, parameters: dict[str, Any]) -> list[s
         raw.close()  # a pooled connection would keep the prepared statement and the setting
 
 
+@pytest.mark.parametrize("scoped", [False, True], ids=["every class", "loaded classes"])
 def test_the_claims_generic_plan_reads_the_first_due_row_of_the_partial_index(
-    gd, session, clock, db_backend
+    gd, session, clock, db_backend, scoped
 ):
     # A sudden backlog on tables not analysed since (as the benchmarks start). After ANALYZE
     # the same plan is chosen from 2,000 due rows; below that a sort is honestly cheaper.
+    # "loaded classes": the worker's claim, filtered to the workflow and hero classes it has.
     for _ in range(BACKLOG):
         WorkerScaleThreeSteps.create(session)
     session.commit()
 
-    statement, parameters = _claim_statement(gd, session, clock)
+    scope = claim_scope(None) if scoped else None
+    statement, parameters = _claim_statement(gd, session, clock, scope)
 
     # Every backend gets the state as a literal (MariaDB has no partial index, and uses its
     # (state, …) form either way).
@@ -89,6 +97,18 @@ def test_the_claims_generic_plan_reads_the_first_due_row_of_the_partial_index(
         plan = _sqlite_plan(gd, statement, parameters)
         assert any("USING INDEX ix_geneva_drive_step_executions_due_any" in p for p in plan), plan
         assert not any("TEMP B-TREE" in line for line in plan), plan
+
+
+def test_the_claim_filtered_to_the_loaded_classes_keeps_the_dbapi_short_path(gd, db_backend):
+    # One parameter per class name, not an expanding IN (which is rendered per execution and
+    # so would send every worker claim through SQLAlchemy's slower path).
+    scope = claim_scope(None)
+    stmt = claims._claim_stmt(by_id=False, queued=False, mysql=False, shape=scope.shape)
+    core = claims._core_claim(stmt)
+    plan = bypass._plan(core, gd.engine.dialect)
+    assert plan is not None
+    assert "WorkerScaleThreeSteps" not in plan.sql  # bound, not written in
+    assert set(scope.params) <= set(plan.positions or scope.params)
 
 
 def _sqlite_plan(gd: Any, statement: str, parameters: Any) -> list[str]:

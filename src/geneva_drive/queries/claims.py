@@ -8,8 +8,12 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
+    String,
+    and_,
     bindparam,
+    false,
     func,
+    literal_column,
     select,
     update,
 )
@@ -26,6 +30,70 @@ from .bypass import as_loaded, connection_of, execute_direct, held_locks, rememb
 
 if TYPE_CHECKING:
     from ..workflow import Workflow
+
+
+class ClaimScope(list[str]):
+    """The queues a worker serves (empty: every queue), and the classes whose rows it can run.
+
+    A worker claims only executions whose workflow's ``type`` is one of ``workflow_types`` and
+    whose ``hero_type`` is NULL or one of ``hero_types``: a row of a class it has not loaded
+    would fail on it (a hero it cannot load pauses the workflow, a vanished hero-less class
+    is canceled), and is left scheduled for a worker that has the code.
+
+    It is a list of queue names so that it passes through ``executor.claim_and_run(queues,
+    …)`` as the ``queues`` it always was; the claim queries below read the rest. A plain list
+    (or None) claims rows of every class, as before.
+    """
+
+    def __init__(
+        self,
+        queues: Sequence[str] | None = None,
+        *,
+        workflow_types: Sequence[str],
+        hero_types: Sequence[str],
+    ) -> None:
+        super().__init__(queues or ())
+        self.workflow_types = tuple(workflow_types)
+        self.hero_types = tuple(hero_types)
+        # Bound one parameter per name (not an expanding IN): the statement is then fixed for
+        # a given number of names, so it keeps the DBAPI short path and psycopg's prepared
+        # statements, and its text is what test_claim_plans explains.
+        self.params = {
+            **{f"wf_type_{i}": name for i, name in enumerate(self.workflow_types)},
+            **{f"hero_type_{i}": name for i, name in enumerate(self.hero_types)},
+        }
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """How many workflow and hero types it binds: the claim statement is built per shape."""
+        return len(self.workflow_types), len(self.hero_types)
+
+
+Shape = tuple[int, int] | None  # a ClaimScope's shape; None: rows of every class
+
+
+def _scope_of(queues: Sequence[str] | None) -> ClaimScope | None:
+    return queues if isinstance(queues, ClaimScope) else None
+
+
+def _loaded_classes_only(wf: Any, shape: tuple[int, int]) -> Any:
+    """``type IN (…) AND (hero_type IS NULL OR hero_type IN (…))``, one parameter per name.
+
+    Both columns are on the workflow row, which the claim finds by primary key from each due
+    execution in index order. Written inside COALESCE for the reason given at
+    :func:`_workflow_is_ready`: as a bare ``type IN (…)`` SQLite drove the claim from the
+    workflows' type index instead, and sorted every due row of those types for each claim.
+    """
+    types, heroes = shape
+    if not types:
+        return false()
+    names = [bindparam(f"wf_type_{i}", type_=String) for i in range(types)]
+    hero_names = [bindparam(f"hero_type_{i}", type_=String) for i in range(heroes)]
+    no_hero = literal_column("''", String)  # a class name is never empty
+    return and_(
+        func.coalesce(wf.type, "").in_(names),
+        func.coalesce(wf.hero_type, no_hero).in_([no_hero, *hero_names]),
+    )
 
 
 def _workflow_is_ready(wf: Any) -> Any:
@@ -57,12 +125,20 @@ def _claim(
     session: Session, now: datetime, queues: Sequence[str] | None, execution_id: int | None = None
 ) -> tuple[int, int] | None:
     mysql = is_mysql(session)
+    scope = _scope_of(queues)
     params: dict[str, Any] = {"now": now}
     if execution_id is not None:
         params["execution_id"] = execution_id
     if queues:
         params["queues"] = list(queues)
-    stmt = _claim_stmt(by_id=execution_id is not None, queued=bool(queues), mysql=mysql)
+    if scope is not None:
+        params.update(scope.params)
+    stmt = _claim_stmt(
+        by_id=execution_id is not None,
+        queued=bool(queues),
+        mysql=mysql,
+        shape=None if scope is None else scope.shape,
+    )
     if mysql:
         # No FOR UPDATE OF on MariaDB: candidates without locks, then their workflow rows one
         # by one (see the helper).
@@ -71,8 +147,8 @@ def _claim(
     return _claim_locked(session, stmt, params)
 
 
-@functools.lru_cache(maxsize=8)
-def _claim_stmt(*, by_id: bool, queued: bool, mysql: bool) -> Any:
+@functools.lru_cache(maxsize=32)
+def _claim_stmt(*, by_id: bool, queued: bool, mysql: bool, shape: Shape = None) -> Any:
     """The claim, built once per shape (its compiled form is then cached by SQLAlchemy)."""
     wf = workflow_model()
     stmt = (
@@ -90,6 +166,8 @@ def _claim_stmt(*, by_id: bool, queued: bool, mysql: bool) -> Any:
         stmt = stmt.order_by(StepExecution.priority, StepExecution.scheduled_for)
     if queued:
         stmt = stmt.where(StepExecution.queue.in_(bindparam("queues", expanding=True)))
+    if shape is not None:
+        stmt = stmt.where(_loaded_classes_only(wf, shape))
     if mysql:
         return stmt if by_id else stmt.limit(MYSQL_CLAIM_CANDIDATES)
     if not by_id:
@@ -227,7 +305,8 @@ def next_claimable_due_time(session: Session, queues: Sequence[str] | None) -> d
     """When the next execution a worker could claim falls due (ready workflows only).
 
     Rows kept for a paused workflow's ``resume()`` are ignored: they are due in the past, and
-    an idle worker timing its sleep on them would spin. Written as "the first scheduled row
+    an idle worker timing its sleep on them would spin. So are rows of classes outside a
+    :class:`ClaimScope`, for the same reason. Written as "the first scheduled row
     in due order whose workflow is ready" rather than ``MIN()`` over a join: the scheduled
     rows' due-time index is walked in order and each workflow found by
     primary key, stopping at the first ready one, so the cost does not grow with the tables
@@ -243,7 +322,33 @@ def next_claimable_due_time(session: Session, queues: Sequence[str] | None) -> d
     )
     if queues:
         stmt = stmt.where(StepExecution.queue.in_(queues))
-    return session.execute(stmt).scalar_one_or_none()
+    scope = _scope_of(queues)
+    if scope is None:
+        return session.execute(stmt).scalar_one_or_none()
+    stmt = stmt.where(_loaded_classes_only(wf, scope.shape))
+    return session.execute(stmt, scope.params).scalar_one_or_none()
+
+
+def unclaimable_counts(session: Session, scope: ClaimScope) -> list[tuple[str, str | None, int]]:
+    """(workflow type, hero type, scheduled executions) a worker of ``scope`` leaves alone.
+
+    Scheduled executions of ready workflows on the worker's queues whose class or hero class
+    is not in the scope. It reads every scheduled row (the partial index, not the whole
+    table), so a worker runs it at start and now and then, never per claim.
+    """
+    wf = workflow_model()
+    stmt = (
+        select(wf.type, wf.hero_type, func.count())
+        .join(StepExecution, StepExecution.workflow_id == wf.id)
+        .where(in_state(StepExecution.state, ExecutionState.SCHEDULED), _workflow_is_ready(wf))
+        .where(~_loaded_classes_only(wf, scope.shape))
+        .group_by(wf.type, wf.hero_type)
+        .order_by(wf.type, wf.hero_type)
+    )
+    if scope:
+        stmt = stmt.where(StepExecution.queue.in_(list(scope)))
+    rows = session.execute(stmt, scope.params)
+    return [(type_, hero_type, int(count)) for type_, hero_type, count in rows]
 
 
 def extend_leases(session: Session, worker_id: str, until: datetime, now: datetime) -> int:

@@ -1,0 +1,119 @@
+"""A worker and a database that goes away: waited for at startup, retried quietly while running.
+
+The database sits behind a TCP proxy (tests/worker/_outage.py) that the test cuts and restores:
+to the worker that is a server restart, every connection dropped and new ones refused.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from sqlalchemy.orm import Session
+
+from geneva_drive import DatabaseBackend, SystemClock, create_engine
+from geneva_drive.config import configured
+from geneva_drive.worker import Worker
+from tests.support.postgres import unique_database_name
+from tests.worker._outage import DatabaseProxy
+from tests.worker._support import finished, wait_until_true
+from tests.worker.apps import WorkerScaleThreeSteps
+
+pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture
+def proxied(postgres_server: Any, _postgres_template: str) -> Iterator[tuple[Any, Any]]:
+    """(proxy, engine straight to the server) for a fresh installed database."""
+    name = unique_database_name()
+    direct_url = postgres_server.create_database(name, template=_postgres_template)
+    proxy = DatabaseProxy(postgres_server.socket_dir)
+    proxy.database = name  # type: ignore[attr-defined]
+    direct = create_engine(direct_url)
+    try:
+        yield proxy, direct
+    finally:
+        proxy.cut()
+        direct.dispose()
+        postgres_server.drop_database(name)
+
+
+def _create(engine: Any) -> int:
+    with Session(engine) as session:
+        wf = WorkerScaleThreeSteps.create(session)
+        session.commit()
+        return int(wf.id)
+
+
+def _start(worker: Worker) -> threading.Thread:
+    thread = threading.Thread(target=worker.run, kwargs={"install_signals": False}, daemon=True)
+    thread.start()
+    return thread
+
+
+def _messages(caplog: Any, level: int, needle: str) -> list[str]:
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name.startswith("geneva_drive") and r.levelno == level and needle in r.getMessage()
+    ]
+
+
+def test_a_worker_started_while_the_database_is_down_waits_for_it_then_runs(proxied, caplog):
+    proxy, direct = proxied
+    workflow_id = _create(direct)  # the proxy is not listening yet: its port refuses
+    engine = create_engine(proxy.url(proxy.database))
+    with (
+        caplog.at_level(logging.INFO),
+        configured(engine=engine, clock=SystemClock(), backend=DatabaseBackend()) as gd,
+    ):
+        worker = Worker(config=gd, concurrency=1, poll_interval=0.05, startup_wait=120)
+        thread = _start(worker)
+        try:
+            wait_until_true(
+                lambda: _messages(caplog, logging.WARNING, "unreachable"),
+                "the worker to say it is waiting for the database",
+            )
+            assert worker.steps_run == 0
+            proxy.restore()
+            wait_until_true(finished(gd, workflow_id), "the workflow to finish")
+        finally:
+            worker.stop()
+            thread.join(timeout=60)
+        engine.dispose()
+    (waiting,) = _messages(caplog, logging.WARNING, "unreachable")
+    assert f"127.0.0.1:{proxy.port}" in waiting and "retrying for up to 120 s" in waiting
+
+
+def test_an_outage_while_running_is_one_line_each_way_and_the_worker_carries_on(proxied, caplog):
+    proxy, _ = proxied
+    proxy.restore()
+    engine = create_engine(proxy.url(proxy.database))
+    with (
+        caplog.at_level(logging.INFO),
+        configured(engine=engine, clock=SystemClock(), backend=DatabaseBackend()) as gd,
+    ):
+        worker = Worker(config=gd, concurrency=2, poll_interval=0.05, lease=3)
+        thread = _start(worker)
+        try:
+            wait_until_true(finished(gd, _create(engine)), "the first workflow to finish")
+            proxy.cut()
+            wait_until_true(lambda: worker.outages.ongoing, "the worker to notice the outage")
+            # Several failed attempts (every thread's, the heartbeat's, LISTEN's), said once.
+            wait_until_true(lambda: worker.outages.failures >= 5, "a few failed attempts")
+            proxy.restore()
+            after = _create(engine)
+            wait_until_true(finished(gd, after), "a workflow created after the outage to finish")
+            wait_until_true(lambda: not worker.outages.ongoing, "the worker to say it is back")
+        finally:
+            worker.stop()
+            thread.join(timeout=60)
+        engine.dispose()
+    assert len(_messages(caplog, logging.WARNING, "database unavailable")) == 1
+    assert len(_messages(caplog, logging.INFO, "database is back after")) == 1
+    tracebacks = [r for r in caplog.records if r.name.startswith("geneva_drive") and r.exc_info]
+    assert tracebacks == []
+    assert worker.outages.count == 1
