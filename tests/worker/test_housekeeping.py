@@ -456,7 +456,6 @@ def test_waiting_executions_are_never_recovered(gd, session, clock):
 # -- H-20: a row that cannot be recovered ---------------------------------------------------
 
 
-@pytest.mark.filterwarnings("ignore:Flushing object")  # the row of a class that is gone
 def test_a_row_whose_recovery_fails_is_reported_once_and_the_run_goes_on(gd, session, clock):
     WorkerCrashable.crashes = 2
     wf = WorkerCrashable.create(session, allow_multiple=True)
