@@ -1,4 +1,5 @@
-# make demo | make test | make check (ruff + mypy + tests) | make lint | make typecheck
+# make demo | make test | make check (lint + typecheck + tests) | make lint (ruff check and
+# ruff format --check) | make typecheck (mypy)
 #
 # Every target runs from .venv, which is created on first use and re-synced whenever
 # pyproject.toml changes. PYTEST_ARGS is passed to pytest: make test PYTEST_ARGS='-k claim -x'
@@ -19,8 +20,10 @@ test: $(STAMP)
 
 check: lint typecheck test
 
+# Both run even when the first fails, so one pass (and one CI run) shows every problem.
 lint: $(STAMP)
-	$(BIN)/ruff check src tests
+	$(BIN)/ruff check src tests; checked=$$?; \
+	$(BIN)/ruff format --check src tests && exit $$checked
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

@@ -58,6 +58,29 @@ class _FallbackIdentities(dict[Any, Mapper[Any]]):
         return self.base
 
 
+def _accept_vanished_identities(base: Mapper[Any]) -> None:
+    """Let the base mapper flush the rows ``_FallbackIdentities`` loaded as ``Workflow``.
+
+    Before each flush SQLAlchemy checks that an instance's ``type`` is an identity of its own
+    mapper or a descendant, and warns ("incompatible polymorphic identity") when pausing or
+    canceling such a row: it cannot know that this map loads and refreshes any unknown identity
+    as the base. So on the base mapper only, an identity no class claims passes; every other
+    instance keeps SQLAlchemy's check. Subclass mappers copy this validator when they are
+    created, hence the ``mapper is base`` test.
+    """
+    validate = base._validate_polymorphic_identity
+    key = base._polymorphic_attr_key
+    if validate is None or key is None:
+        raise RuntimeError("Workflow's mapper has no polymorphic validator to wrap")
+
+    def validate_known_identities(mapper: Mapper[Any], state: Any, dict_: dict[str, Any]) -> None:
+        if mapper is base and dict_.get(key) not in mapper.polymorphic_map:
+            return  # a vanished class's row, loaded as the base on purpose
+        validate(mapper, state, dict_)
+
+    base._validate_polymorphic_identity = validate_known_identities
+
+
 class Workflow(WorkflowColumns, Base):
     """Base class of all workflows. Subclass it and declare steps with ``@step``."""
 
@@ -400,6 +423,7 @@ _identities = Workflow.__mapper__.polymorphic_map
 _fallback = _FallbackIdentities(_identities)
 _fallback.base = Workflow.__mapper__
 Workflow.__mapper__.polymorphic_map = _fallback
+_accept_vanished_identities(Workflow.__mapper__)
 
 
 def check_job_options(cls: type[Workflow], backend: Any, *, misspelt_only: bool = False) -> None:

@@ -13,8 +13,8 @@ import threading
 from datetime import timedelta
 from typing import Any
 
-from celery import Celery
-from celery.signals import worker_process_init
+from celery import Celery  # type: ignore[import-untyped]
+from celery.signals import worker_process_init  # type: ignore[import-untyped]
 from sqlalchemy import func, select
 
 from geneva_drive import ExceptionPolicy, StepExecution, Workflow, resumable_step, step

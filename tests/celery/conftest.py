@@ -51,7 +51,7 @@ def redis_server() -> Iterator[RedisServer]:
 @pytest.fixture(scope="session")
 def celery_app_module(redis_server: RedisServer) -> Any:
     try:
-        import celery  # noqa: F401
+        import celery  # type: ignore[import-untyped]  # noqa: F401
     except ImportError as error:
         _unavailable("Celery", ImportError(f"{error}; pip install 'geneva-drive[celery]'"))
     from tests.celery import app_module

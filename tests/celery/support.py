@@ -28,6 +28,10 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 STARTUP_TIMEOUT = 60.0
+# CI runs the suite as root (.ci/run must), and Celery warns about a worker running as root
+# because a pickle message could then run code as root. These workers accept JSON only (Celery's
+# default accept_content), so the worker's SecurityWarning is silenced, by its message.
+_AS_ROOT = "ignore:You're running the worker with superuser privileges"
 
 
 class RedisUnavailable(RuntimeError):
@@ -49,10 +53,13 @@ class OutputLines:
         self._thread.start()
 
     def _read(self, stream: Any) -> None:
-        for line in stream:
-            with self._changed:
-                self.lines.append(line.rstrip("\n"))
-                self._changed.notify_all()
+        # The pipe is closed at the end of output (every process holding it has exited), not
+        # whenever the Popen is garbage-collected - which would be a ResourceWarning.
+        with stream:
+            for line in stream:
+                with self._changed:
+                    self.lines.append(line.rstrip("\n"))
+                    self._changed.notify_all()
         with self._changed:
             self._closed = True
             self._changed.notify_all()
@@ -76,6 +83,15 @@ class OutputLines:
 
     def text(self) -> str:
         return "\n".join(self.lines)
+
+    def wait_closed(self, timeout: float = 30.0) -> None:
+        """Wait until the output has ended and its pipe is closed (the process has exited)."""
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            raise AssertionError(
+                f"output still open {timeout:.0f} s after the process ended: a process that "
+                "inherited the pipe is still running"
+            )
 
 
 @dataclass
@@ -144,6 +160,7 @@ class RedisServer:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+        self.output.wait_closed()
         shutil.rmtree(self.root, ignore_errors=True)
 
 
@@ -175,6 +192,7 @@ class CeleryWorker:
             DATABASE_ENV: database_url,
             "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
             "PYTHONUNBUFFERED": "1",
+            "PYTHONWARNINGS": ",".join(filter(None, [os.environ.get("PYTHONWARNINGS"), _AS_ROOT])),
             **(extra_env or {}),
         }
         process = subprocess.Popen(
@@ -216,6 +234,7 @@ class CeleryWorker:
         """SIGKILL the worker and its pool processes at once: a crash, not a shutdown."""
         self._signal_group(signal.SIGKILL)
         self.process.wait(timeout=30)
+        self.output.wait_closed()
         self.stopped = True
 
     def stop(self) -> None:
@@ -227,6 +246,7 @@ class CeleryWorker:
         self._signal_group(signal.SIGKILL)  # pool children that outlived their parent
         if self.process.poll() is None:
             self.process.wait(timeout=30)
+        self.output.wait_closed()
         self.stopped = True
 
     def _signal_group(self, signum: int) -> None:

@@ -130,7 +130,7 @@ def test_many_workflows_with_waits_reattempts_a_signal_and_a_resumable_step_all_
         describe=lambda: f"{states(session, everything)}\n{worker.output.text()[-3000:]}",
     )
 
-    expected = Counter()
+    expected: Counter[str] = Counter()
     for trip in trips:
         expected.update(f"{trip.id}:{n}" for n in ("pack", "book", "notify"))
     expected.update(f"{a.id}:approve:alice" for a in approvals)

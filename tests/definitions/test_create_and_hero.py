@@ -4,10 +4,12 @@ whose class is gone. Database tests run on every backend."""
 from __future__ import annotations
 
 import uuid
+import warnings
 from datetime import timedelta
 
 import pytest
 from sqlalchemy import Integer, String, func, select, update
+from sqlalchemy.exc import SAWarning
 from sqlalchemy.orm import (
     DeclarativeBase,
     Mapped,
@@ -21,6 +23,7 @@ from geneva_drive import (
     StepExecution,
     Workflow,
     WorkflowAlreadyOngoing,
+    WorkflowState,
     step,
 )
 from geneva_drive import queries as gd_queries
@@ -537,6 +540,24 @@ def test_a_row_of_a_vanished_class_shows_up_in_queries_over_all_workflows(sessio
     with Session(session.get_bind()) as other:
         rows = other.execute(select(Workflow)).scalars().all()
         assert [(type(r), r.type) for r in rows] == [(Workflow, "GoneForGood")]
+
+
+def test_a_row_of_a_vanished_class_is_flushed_as_the_base_workflow_without_a_warning(session):
+    wf = CreateVanishing.create(session)
+    session.commit()
+    session.execute(update(Workflow).where(Workflow.id == wf.id).values(type="DroppedInADeploy"))
+    session.commit()
+    other, loaded = _fresh(session, wf)
+    with other, warnings.catch_warnings():
+        warnings.simplefilter("error", SAWarning)  # "incompatible polymorphic identity"
+        loaded.state = WorkflowState.PAUSED
+        other.commit()
+        other.refresh(loaded)
+        assert (type(loaded), loaded.type, loaded.state) == (
+            Workflow,
+            "DroppedInADeploy",
+            WorkflowState.PAUSED,
+        )
 
 
 # -- identities ----------------------------------------------------------------------------

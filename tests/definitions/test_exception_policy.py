@@ -145,7 +145,7 @@ def test_an_imperative_policy_refuses_a_terminal_action():
 
 def test_a_handler_must_be_callable():
     with pytest.raises(PolicyError, match="handler= must be callable"):
-        ExceptionPolicy(handler="skip")
+        ExceptionPolicy(handler="skip")  # type: ignore[arg-type]
 
 
 def test_an_imperative_policy_keeps_its_report_mode():
@@ -221,12 +221,12 @@ def test_a_predicate_matcher_decides_per_error():
 
 def test_a_non_exception_class_matcher_is_refused():
     with pytest.raises(PolicyError, match="int is not an exception class"):
-        ExceptionPolicy("pause", matching=int)
+        ExceptionPolicy("pause", matching=int)  # type: ignore[arg-type]
 
 
 def test_a_matcher_that_is_neither_class_name_nor_predicate_is_refused():
     with pytest.raises(PolicyError, match="matching= takes exception classes, dotted class names"):
-        ExceptionPolicy("pause", matching=5)
+        ExceptionPolicy("pause", matching=5)  # type: ignore[arg-type]
 
 
 def test_a_single_policy_is_its_own_list_of_policies():
@@ -270,19 +270,19 @@ def test_a_callable_wait_gets_the_attempt_number():
 
 def test_a_longer_retry_after_on_the_error_wins_over_the_wait():
     error = RuntimeError("slow down")
-    error.retry_after = 120
+    error.retry_after = 120  # type: ignore[attr-defined]
     assert wait_for_attempt(30, 0, error) == timedelta(seconds=120)
 
 
 def test_a_retry_after_timedelta_applies_even_without_a_wait():
     error = RuntimeError("slow down")
-    error.retry_after = timedelta(minutes=5)
+    error.retry_after = timedelta(minutes=5)  # type: ignore[attr-defined]
     assert wait_for_attempt(None, 0, error) == timedelta(minutes=5)
 
 
 def test_a_shorter_retry_after_does_not_shorten_the_wait():
     error = RuntimeError("slow down")
-    error.retry_after = 1
+    error.retry_after = 1  # type: ignore[attr-defined]
     assert wait_for_attempt(30, 0, error) == timedelta(seconds=30)
 
 

@@ -226,7 +226,7 @@ def test_the_reattempt_wait_follows_the_attempt_number():
 
 def test_a_retry_after_on_the_error_stretches_the_reattempt_wait():
     error = RuntimeError("rate limited")
-    error.retry_after = 600
+    error.retry_after = 600  # type: ignore[attr-defined]
     decision = _resolve(error, step_policy=ExceptionPolicy("reattempt", wait=5))
     assert decision.wait == timedelta(seconds=600)
 

@@ -213,8 +213,8 @@ def test_a_step_built_from_a_named_function_takes_the_attribute_name():
 
 
 def test_an_explicit_name_wins_over_the_attribute_name():
-    assert "given_name" in DeclarationNames.steps
-    assert "explicit" not in DeclarationNames.steps
+    assert "given_name" in DeclarationNames.steps  # type: ignore[comparison-overlap]
+    assert "explicit" not in DeclarationNames.steps  # type: ignore[comparison-overlap]
 
 
 def test_anonymous_step_numbering_counts_inherited_steps():
@@ -307,8 +307,14 @@ def test_a_step_without_job_options_has_none():
 # -- exception policies --------------------------------------------------------------------
 
 
+def _single_policy(step_name: str) -> ExceptionPolicy:
+    policy = DeclarationPolicies.steps.named(step_name).exception_policy
+    assert isinstance(policy, ExceptionPolicy), policy  # not a PolicyList
+    return policy
+
+
 def test_on_exception_reattempt_defaults_to_a_cap_of_100_then_pause():
-    policy = DeclarationPolicies.steps.named("default_cap").exception_policy
+    policy = _single_policy("default_cap")
     assert (policy.action, policy.max_reattempts, policy.terminal_action) == (
         "reattempt",
         100,
@@ -317,18 +323,18 @@ def test_on_exception_reattempt_defaults_to_a_cap_of_100_then_pause():
 
 
 def test_an_explicit_max_reattempts_of_none_means_unlimited():
-    policy = DeclarationPolicies.steps.named("unlimited").exception_policy
+    policy = _single_policy("unlimited")
     assert policy.action == "reattempt"
     assert policy.max_reattempts is None
 
 
 def test_max_reattempts_and_terminal_action_go_into_the_step_policy():
-    policy = DeclarationPolicies.steps.named("capped").exception_policy
+    policy = _single_policy("capped")
     assert (policy.max_reattempts, policy.terminal_action) == (3, "skip")
 
 
 def test_a_non_reattempt_action_becomes_an_uncapped_blanket_policy():
-    policy = DeclarationPolicies.steps.named("cancels").exception_policy
+    policy = _single_policy("cancels")
     assert (policy.action, policy.max_reattempts, policy.blanket) == ("cancel", None, True)
 
 
@@ -344,7 +350,7 @@ def test_a_list_of_policies_becomes_a_policy_list_in_the_same_order():
 
 
 def test_a_callable_on_exception_becomes_an_imperative_policy():
-    policy = DeclarationPolicies.steps.named("handled").exception_policy
+    policy = _single_policy("handled")
     assert not policy.declarative
     assert policy.blanket
 
@@ -421,7 +427,7 @@ def test_two_steps_with_the_same_method_name_in_one_class_body_are_refused():
             def a(self):
                 pass
 
-            @step(wait=5)
+            @step(wait=5)  # type: ignore[no-redef]
             def a(self):  # noqa: F811 - the mistake under test
                 pass
 
@@ -434,7 +440,7 @@ def test_two_resumable_steps_with_the_same_method_name_are_refused():
             def a(self, it):
                 pass
 
-            @resumable_step
+            @resumable_step  # type: ignore[no-redef]
             def a(self, it):  # noqa: F811 - the mistake under test
                 pass
 

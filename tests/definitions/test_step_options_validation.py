@@ -73,7 +73,8 @@ def test_a_step_needs_a_callable():
     with pytest.raises(
         StepConfigurationError, match=r"ValidationNotCallable\.step 'step_1': needs a callable"
     ):
-        type("ValidationNotCallable", (Workflow,), {"a": step("not callable")})
+        not_callable = step("not callable")  # type: ignore[call-overload]
+        type("ValidationNotCallable", (Workflow,), {"a": not_callable})
 
 
 # -- wait= ---------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import event, select
 from sqlalchemy.orm import Session
 
-from geneva_drive import StepExecution, Workflow
+from geneva_drive import FrozenClock, StepExecution, Workflow
 from geneva_drive.config import settings
 from tests.engine._support import executions, reload
 from tests.support.app import AuditEntry, Order
@@ -39,6 +39,13 @@ def summary(session: Session, workflow: Workflow) -> list[tuple[str, str, str | 
     return [
         (e.step_name, e.state, e.outcome, e.cursor_value) for e in executions(session, workflow)
     ]
+
+
+def advance_clock(**delta: float) -> None:
+    """Move the configured clock (the test's FrozenClock) on, from inside a step body."""
+    clock = settings().clock
+    assert isinstance(clock, FrozenClock), f"these steps run under a FrozenClock, not {clock!r}"
+    clock.advance(**delta)
 
 
 def other_pause(workflow_id: int) -> None:

@@ -21,7 +21,15 @@ from geneva_drive.config import configured, settings
 from geneva_drive.executor import RunOptions, run_execution
 from geneva_drive.housekeeping import recover_expired_leases
 from tests.engine._support import current
-from tests.resumable._support import chain, notes, other_pause, reload, start, summary
+from tests.resumable._support import (
+    advance_clock,
+    chain,
+    notes,
+    other_pause,
+    reload,
+    start,
+    summary,
+)
 from tests.support.app import AuditEntry
 
 
@@ -57,7 +65,7 @@ class ResumableCostRecoveredMidBatch(Workflow):
             if item == 3 and not it.resumed:
                 # This worker stalls past its lease; housekeeping recovers the execution
                 # while items 2 and 3 are done but not yet checkpointed.
-                settings().clock.advance(seconds=120)
+                advance_clock(seconds=120)
                 assert recover_expired_leases() == 1
 
 
@@ -77,7 +85,7 @@ class ResumableCostRuntimeMidBatch(Workflow):
     def walk(self, it: Any) -> None:
         for item in it.iterate_over(range(10)):
             self.session.add(AuditEntry(order_id=self.hero.id, note=f"item {item}"))
-            settings().clock.advance(seconds=1)
+            advance_clock(seconds=1)
 
 
 class ResumableCostRealClockRuntime(Workflow):

@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 
 from geneva_drive import ExceptionPolicy, Workflow, resumable_step, step
-from geneva_drive.config import settings
 from geneva_drive.executor import RunOptions, run_execution
 from geneva_drive.testing import perform_next_step
 from tests.engine._support import current, history
 from tests.resumable._support import (
+    advance_clock,
     chain,
     notes,
     other_cancel,
@@ -62,7 +62,7 @@ class ResumableOutcomeMaxRuntime(Workflow):
     def walk(self, it: Any) -> None:
         for item in it.iterate_over(ITEMS):
             _write(self, item)
-            settings().clock.advance(seconds=25)  # each item "takes" 25 s of frozen time
+            advance_clock(seconds=25)  # each item "takes" 25 s of frozen time
 
 
 class ResumableOutcomeSkipTo(Workflow):

@@ -8,9 +8,8 @@ from typing import Any
 import pytest
 
 from geneva_drive import Workflow, resumable_step
-from geneva_drive.config import settings
 from geneva_drive.testing import perform_next_step
-from tests.resumable._support import chain, counting_commits, notes, reload, start
+from tests.resumable._support import advance_clock, chain, counting_commits, notes, reload, start
 from tests.support.app import AuditEntry
 
 TWENTY = list(range(20))
@@ -40,7 +39,7 @@ class ResumableUowInterval(Workflow):
     def walk(self, it: Any) -> None:
         for item in it.iterate_over(TWENTY):
             self.session.add(AuditEntry(order_id=self.hero.id, note=f"item {item}"))
-            settings().clock.advance(seconds=1)
+            advance_clock(seconds=1)
 
 
 def test_a_failure_leaves_exactly_the_rows_of_committed_checkpoints(session):

@@ -159,7 +159,7 @@ def test_the_same_key_under_another_name_or_on_another_workflow_is_another_signa
 
 def test_the_idempotency_key_is_stored_as_a_string(session):
     wf = start(session, SigDeliveryApproval)
-    first = wf.signal("approved", idempotency_key=12345)  # type: ignore[arg-type]
+    first = wf.signal("approved", idempotency_key=12345)
     again = wf.signal("approved", idempotency_key="12345")
     session.commit()
 

@@ -5,15 +5,20 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import Table, select
 from sqlalchemy.orm import Session
 
 from geneva_drive import StepExecution, Workflow
 from geneva_drive.executor import RunOptions, run_execution
 from tests.worker.apps import SimulatedCrash
+
+
+def table_of(model: type[Any]) -> Table:
+    """A mapped class's table, as the Table it is (SQLAlchemy types ``__table__`` loosely)."""
+    return cast(Table, model.__table__)
 
 
 def crash_current_step(

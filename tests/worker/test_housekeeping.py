@@ -13,7 +13,7 @@ from geneva_drive import Signal, StepExecution, Workflow, housekeeping, step
 from geneva_drive.config import configured
 from geneva_drive.testing import perform_next_step, speedrun
 from tests.engine._support import RecordingBackend, executions
-from tests.worker._support import crash_current_step, state_of, trail
+from tests.worker._support import crash_current_step, state_of, table_of, trail
 from tests.worker.apps import (
     WorkerCrashable,
     WorkerCrashableResumable,
@@ -138,7 +138,7 @@ def test_cleanup_of_tens_of_thousands_of_rows_completes_in_batches(gd, session, 
     now = clock.now()
     old = now - timedelta(days=40)
     workflows = 12_000
-    table = Workflow.__table__
+    table = table_of(Workflow)
     first_id = 1_000_000
     session.execute(
         insert(table),
@@ -156,7 +156,7 @@ def test_cleanup_of_tens_of_thousands_of_rows_completes_in_batches(gd, session, 
         ],
     )
     session.execute(
-        insert(StepExecution.__table__),
+        insert(table_of(StepExecution)),
         [
             {
                 "workflow_id": first_id + n,
@@ -174,7 +174,7 @@ def test_cleanup_of_tens_of_thousands_of_rows_completes_in_batches(gd, session, 
         ],
     )
     session.execute(
-        insert(Signal.__table__),
+        insert(table_of(Signal)),
         [
             {
                 "workflow_id": first_id + n,
@@ -456,7 +456,6 @@ def test_waiting_executions_are_never_recovered(gd, session, clock):
 # -- H-20: a row that cannot be recovered ---------------------------------------------------
 
 
-@pytest.mark.filterwarnings("ignore:Flushing object")  # the row of a class that is gone
 def test_a_row_whose_recovery_fails_is_reported_once_and_the_run_goes_on(gd, session, clock):
     WorkerCrashable.crashes = 2
     wf = WorkerCrashable.create(session, allow_multiple=True)

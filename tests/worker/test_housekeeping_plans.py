@@ -18,6 +18,7 @@ from typing import Any
 from sqlalchemy import event, insert, text
 
 from geneva_drive import Signal, StepExecution, Workflow, housekeeping
+from tests.worker._support import table_of
 from tests.worker.test_housekeeping import HousekeepingTwoSteps
 
 HISTORY = 3000  # finished workflows inside the retention, each with two executions and a signal
@@ -40,9 +41,9 @@ def _seed_history(session: Any, now: Any) -> None:
         }
         for n in range(HISTORY + OLD)
     ]
-    session.execute(insert(Workflow.__table__), rows)
+    session.execute(insert(table_of(Workflow)), rows)
     session.execute(
-        insert(StepExecution.__table__),
+        insert(table_of(StepExecution)),
         [
             {
                 "workflow_id": row["id"],
@@ -60,7 +61,7 @@ def _seed_history(session: Any, now: Any) -> None:
         ],
     )
     session.execute(
-        insert(Signal.__table__),
+        insert(table_of(Signal)),
         [
             {
                 "workflow_id": row["id"],

@@ -74,7 +74,7 @@ def test_a_worker_started_while_the_database_is_down_waits_for_it_then_runs(prox
         thread = _start(worker)
         try:
             wait_until_true(
-                lambda: _messages(caplog, logging.WARNING, "unreachable"),
+                lambda: bool(_messages(caplog, logging.WARNING, "unreachable")),
                 "the worker to say it is waiting for the database",
             )
             assert worker.steps_run == 0

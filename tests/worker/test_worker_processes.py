@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -110,7 +110,7 @@ def workflow_states(engine: sa.Engine, ids: list[int]) -> Counter[str]:
     return Counter(state for id_, state in rows if id_ in set(ids))
 
 
-def executions(engine: sa.Engine) -> list[sa.Row]:
+def executions(engine: sa.Engine) -> Sequence[sa.Row]:
     with engine.connect() as connection:
         return connection.execute(
             sa.text(
