@@ -86,6 +86,9 @@ class RunOptions:
     # means "start it in the transaction that completes this one and run it here next".
     chain: Callable[[str], bool] | None = None
     on_chained: Callable[[], None] | None = None
+    # Told the id of every step this run starts (the first and each chained one), in the
+    # running thread: what a heartbeat renews (leases.RunningExecutions.started).
+    on_started: Callable[[int], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -150,6 +153,8 @@ def _continue(
         return None
     prepared = outcome
     while True:
+        if options.on_started is not None:
+            options.on_started(prepared.execution.id)
         result = _perform(session, prepared, options, config)
         error, chained = _finalize(session, prepared, result, config, options)
         if error is not None and reraise:
@@ -652,9 +657,12 @@ def _no_preconditions(workflow: Workflow, step_def: StepDefinition) -> bool:
 def _started_columns(now: datetime, options: RunOptions) -> dict[str, Any]:
     """An execution's columns as phase 1 leaves them when it starts the step."""
     columns: dict[str, Any] = {"state": ExecutionState.IN_PROGRESS, "started_at": now}
-    if options.worker_id is not None:
-        columns["lease_owner"] = options.worker_id
-        columns["lease_expires_at"] = now + (options.lease or timedelta(seconds=30))
+    # Written even without a lease: on a scheduled row the Celery dispatcher keeps its resend
+    # time in lease_expires_at, which must not survive as the lease of a run that holds none.
+    columns["lease_owner"] = options.worker_id
+    columns["lease_expires_at"] = (
+        None if options.worker_id is None else now + (options.lease or timedelta(seconds=30))
+    )
     return columns
 
 
