@@ -2,8 +2,9 @@
 
 The Redis server is Debian's ``redis-server`` (``apt-get install redis-server``), started per
 test session on a unix socket in a fresh temporary directory, with persistence off. A worker
-is ``celery -A tests.celery.app_module worker`` (prefork unless told) in its own process group, so
-a test can SIGKILL the whole worker (main process and pool children) like a machine dying.
+is ``celery -A tests.celery.app_module worker`` (prefork unless told) in its own process
+group, so a test can SIGKILL the whole worker (main process and pool children) like a machine
+dying.
 
 Nothing here sleeps to synchronise: servers and workers are waited for by reading their own
 output lines, and conditions on the database are polled with a deadline.

@@ -18,8 +18,15 @@ correctness never depends on the broker:
 
 - a duplicated message finds the execution no longer ``scheduled`` and does nothing;
 - a lost message leaves a ``scheduled`` row that :func:`dispatch` sends again once it has been
-  overdue for ``resend_after`` (housekeeping's stuck-scheduled recovery is the backstop);
-- a message for an execution that no longer exists is logged and dropped.
+  overdue for ``resend_after``, then with a growing interval (housekeeping's stuck-scheduled
+  recovery is the backstop);
+- a message for an execution that no longer exists is logged and dropped;
+- an early message never runs the step: it is sent again with the remaining countdown.
+
+Crashes: a step runs under a lease of its Celery worker process, renewed by a heartbeat
+thread of that process (:class:`ProcessLeases`); a killed process's steps are recovered by
+the next :func:`dispatch` pass once their leases run out. Warm shutdown: running resumable
+steps stop at their next checkpoint (see :func:`_on_worker_shutting_down`).
 
 Why long waits are not ETA messages: a Celery worker keeps an ETA message unacknowledged in its
 memory until it is due, and Redis and SQS hand unacknowledged messages out again after their
