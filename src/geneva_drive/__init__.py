@@ -27,6 +27,7 @@ from .events import subscribe
 from .migrate import install
 from .models import Signal, StepExecution
 from .policy import ExceptionPolicy, exponential_backoff
+from .shutdown import clear_shutdown_request, request_shutdown, shutdown_requested
 from .states import ExecutionState, Outcome, WorkflowState
 from .steps import SignalMatcher, StepDefinition, removed_step, repeat_step, resumable_step, step
 from .workflow import Workflow
@@ -60,6 +61,7 @@ __all__ = [
     "WorkflowAlreadyOngoing",
     "WorkflowNotOngoing",
     "WorkflowState",
+    "clear_shutdown_request",
     "configure",
     "create_engine",
     "exponential_backoff",
@@ -67,8 +69,10 @@ __all__ = [
     "prepare_engine",
     "removed_step",
     "repeat_step",
+    "request_shutdown",
     "resumable_step",
     "settings",
+    "shutdown_requested",
     "step",
     "subscribe",
     "with_inline_enqueue",

@@ -83,6 +83,9 @@ class RunOptions:
     # means "start it in the transaction that completes this one and run it here next".
     chain: Callable[[str], bool] | None = None
     on_chained: Callable[[], None] | None = None
+    # Told the id of every step this run starts (the first and each chained one), in the
+    # running thread: what a heartbeat renews (leases.RunningExecutions.started).
+    on_started: Callable[[int], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -153,6 +156,8 @@ def _continue(
         return None
     prepared = started
     while True:
+        if options.on_started is not None:
+            options.on_started(prepared.execution.id)
         result = _perform(session, prepared, options, config)
         error, chained = _finalize(session, prepared, result, config, options)
         if error is not None and reraise:

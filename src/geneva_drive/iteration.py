@@ -5,11 +5,11 @@ the previous checkpoint and the new cursor land in one transaction, so after a c
 resumes exactly after the last committed item. ``checkpoint_every`` / ``checkpoint_interval``
 batch those commits for throughput (the cursor is still only moved with the work it covers).
 
-Interruption (max_iterations, max_runtime, worker shutdown, an operator's pause or cancel) is
-only ever decided at a checkpoint, and an interrupting checkpoint always commits first. The
-workflow row is re-read only at checkpoints that commit: batching commits also batches that
-read. Runtimes are measured with the configured clock, so a ``FrozenClock`` drives them in
-tests.
+Interruption (max_iterations, max_runtime, a shutdown request — the process-wide one of
+``shutdown.py`` or the runner's own — an operator's pause or cancel) is only ever decided at
+a checkpoint, and an interrupting checkpoint always commits first. The workflow row is re-read
+only at checkpoints that commit: batching commits also batches that read. Runtimes are
+measured with the configured clock, so a ``FrozenClock`` drives them in tests.
 
 Cost: a committing checkpoint is one statement plus the commit on PostgreSQL and SQLite (the
 cursor write, the ownership check and the workflow-state read are one ``UPDATE … RETURNING``,
@@ -33,6 +33,7 @@ from . import queries, serialization, unit_of_work
 from .clock import Clock, SystemClock
 from .errors import CursorTooLargeError
 from .flow import FlowControl
+from .shutdown import shutdown_requested
 from .states import WorkflowState
 
 if TYPE_CHECKING:
@@ -91,7 +92,7 @@ class IterableStep:
         self._commit_every: int = every
         limit = (options.max_iterations or step_def.max_iterations) if interruptible else None
         self._iteration_limit: int = limit or sys.maxsize
-        self._should_exit = options.should_exit if interruptible else None
+        self._stop_requested = _stop_requested(options.should_exit) if interruptible else None
         self._watch_workflow = interruptible
         timed = self._interval != _NEVER or (interruptible and isinstance(runtime, timedelta))
         self._elapsed = _stopwatch(self._clock) if timed else None
@@ -130,7 +131,7 @@ class IterableStep:
         if (
             self.iterations >= self._iteration_limit
             or elapsed > self._stop_after
-            or (self._should_exit is not None and self._should_exit())
+            or (self._stop_requested is not None and self._stop_requested())
         ):
             self._commit(read_workflow=False)
             raise _Interrupt()
@@ -265,6 +266,14 @@ def _stopwatch(clock: Clock) -> Callable[[], float]:
         return time.monotonic
     origin = clock.now()
     return lambda: (clock.now() - origin).total_seconds()
+
+
+def _stop_requested(should_exit: Callable[[], bool] | None) -> Callable[[], bool]:
+    """Rule 3 of the interruption check: the process is shutting down, or this run's runner
+    (a ``Worker`` that was stopped) says so."""
+    if should_exit is None:
+        return shutdown_requested
+    return lambda: shutdown_requested() or should_exit()
 
 
 def _primary_key(entity: Any) -> Any:

@@ -8,10 +8,12 @@ Threads of one worker process:
   claim that one by id and run it straight away. When nothing is due a thread sleeps until the
   next due time, the poll interval, or a wake-up, whichever comes first. A wake-up (one per
   row made due) reaches *one* idle thread; see :class:`IdleThreads`.
-- **the maintenance thread** heartbeats every ``lease / 3``: it extends the lease of every
-  execution this worker holds, recovers executions of *other* workers whose lease ran out (a
-  cheap indexed query, so every worker can afford it), and runs housekeeping when
-  ``housekeeping_interval`` is set (one worker at a time, by a database lock).
+- **the maintenance thread** heartbeats every ``lease / 3``: it extends the leases of the
+  executions its step threads are running right now (see :mod:`geneva_drive.leases`; a row
+  leased to this worker that no thread runs any more is left to expire), recovers
+  executions of *other* workers whose lease ran out (a cheap indexed query, so every worker
+  can afford it), and runs housekeeping when ``housekeeping_interval`` is set (one worker at
+  a time, by a database lock).
 - **the listener** (PostgreSQL): ``LISTEN geneva_drive`` on a dedicated connection; a NOTIFY
   from a commit that made a row due now wakes an idle step thread at once.
 
@@ -22,10 +24,12 @@ threads start it waits (bounded) for the database and checks its schema revision
 (``startup.py``); a database lost while running is retried with backoff, one log line when it
 goes and one when it is back.
 
-Stopping: the first SIGINT/SIGTERM (or :meth:`Worker.stop`) stops claiming; running steps get
-``grace_period`` to finish (resumable ones stop at their next checkpoint); steps still running
-then have their leases expired on the spot, so another worker recovers them without waiting.
-A second signal exits at once; the leases then simply run out and are recovered.
+Stopping: the first SIGINT/SIGTERM, :meth:`Worker.stop`, or the process-wide
+:func:`geneva_drive.request_shutdown` stops claiming; running steps get ``grace_period`` to
+finish (resumable ones stop at their next checkpoint). A signal also makes the process-wide
+request, so steps this process runs outside the worker stop too. Steps still running then have
+their leases expired on the spot, so another worker recovers them without waiting. A second
+signal exits at once; the leases then simply run out and are recovered.
 """
 
 from __future__ import annotations
@@ -44,13 +48,14 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from types import FrameType
 
-from . import housekeeping, queries
+from . import housekeeping, leases, queries
 from .backends.base import EnqueuedStep
 from .backends.database import DatabaseBackend
 from .clock import to_timedelta
 from .config import Settings, settings
 from .executor import RunOptions, claim_and_run
 from .loaded import UnloadedClassReport, claim_scope, require_workflows
+from .shutdown import request_shutdown, shutdown_requested
 from .startup import DEFAULT_WAIT_SECONDS, Outages, check_database, is_outage
 
 log = logging.getLogger("geneva_drive.worker")
@@ -234,12 +239,14 @@ class Worker:
         self._next_survey = 0.0
         self._survey_lock = threading.Lock()
         self.worker_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.running = leases.RunningExecutions()  # what the heartbeat renews
         self.options = RunOptions(
             worker_id=self.worker_id,
             lease=self.lease,
             should_exit=self._should_exit,
             chain=self._may_chain if eager else None,
             on_chained=lambda: self._count(eager=True),
+            on_started=self.running.started,
         )
         self.steps_run = 0
         self.steps_run_eagerly = 0
@@ -321,12 +328,16 @@ class Worker:
         self._wakeup.close()
 
     def _should_exit(self) -> bool:
-        return self._stopping.is_set()
+        """Stop claiming (and stop resumable steps): this worker or the whole process stops."""
+        return self._stopping.is_set() or shutdown_requested()
 
     def _wait_for(self, steps: list[threading.Thread]) -> None:
         while any(thread.is_alive() for thread in steps):
             for thread in steps:
                 thread.join(timeout=0.2)
+            if shutdown_requested() and not self._stopping.is_set():
+                log.info("shutdown requested: finishing running steps, then stopping")
+                self.stop()
             started = self._stop_requested_at
             if (
                 started is not None
@@ -342,7 +353,7 @@ class Worker:
 
         def take(step: EnqueuedStep) -> bool:
             # Called after phase 3 committed, in this thread: keep a step due now for us.
-            if not self.eager or taken or self._stopping.is_set():
+            if not self.eager or taken or self._should_exit():
                 return False
             if self.queues and str(step.job_options.get("queue") or "default") not in self.queues:
                 return False
@@ -352,7 +363,7 @@ class Worker:
             return True
 
         with self._continuing(take):
-            while not self._stopping.is_set():
+            while not self._should_exit():
                 try:
                     ran = self._claim_and_run(taken)
                 except Exception as error:
@@ -361,6 +372,8 @@ class Worker:
                 finally:
                     # Not run (we are stopping, or it failed): it stays scheduled for anyone.
                     taken.clear()
+                    # Whatever this thread ran is over; a row it left in progress expires.
+                    self.running.finished()
                 if ran:
                     continue
                 if self._wakeup.take_missed():
@@ -385,7 +398,7 @@ class Worker:
         self.outages.ok()
         if ran:
             self._count()
-        while taken and not self._stopping.is_set():
+        while taken and not self._should_exit():
             if claim_and_run(scope, self.options, self.config, execution_id=taken.pop()):
                 self._count(eager=True)
         return ran
@@ -441,7 +454,7 @@ class Worker:
     def _may_chain(self, queue: str) -> bool:
         """Whether to start a next step due now on ``queue`` in the transaction that completes
         its predecessor, and run it on this thread straight away (see ``executor._complete``)."""
-        return not self._stopping.is_set() and (not self.queues or queue in self.queues)
+        return not self._should_exit() and (not self.queues or queue in self.queues)
 
     def _count(self, *, eager: bool = False) -> None:
         with self._count_lock:
@@ -466,16 +479,12 @@ class Worker:
     # -- leases --------------------------------------------------------------------------
 
     def heartbeat(self) -> int:
-        """Extend the leases of the executions this worker is running; returns how many."""
-        now = self.config.clock.now()
-        with self.config.session_factory()() as session, session.begin():
-            return queries.extend_leases(session, self.worker_id, now + self.lease, now)
+        """Extend the leases of the executions this worker's threads are running; how many."""
+        return leases.renew(self.config, self.worker_id, self.running, self.lease)
 
     def release_leases(self) -> int:
         """Expire this worker's leases now, so other workers recover those steps at once."""
-        now = self.config.clock.now()
-        with self.config.session_factory()() as session, session.begin():
-            return queries.extend_leases(session, self.worker_id, now, now)
+        return leases.release(self.config, self.worker_id)
 
     def recover_expired_leases(self) -> int:
         """Recover executions of workers that stopped heartbeating (any worker's)."""
@@ -556,6 +565,7 @@ class Worker:
                 signum,
                 self.grace_period.total_seconds(),
             )
+            request_shutdown()  # steps this process runs outside the worker stop too
             self.stop()
 
         signal.signal(signal.SIGINT, handle)

@@ -308,8 +308,11 @@ def qualified_name(error: BaseException) -> str:
 
 def lease_columns(now: datetime, worker_id: str | None, lease: timedelta | None) -> dict[str, Any]:
     """An execution's columns as phase 1 leaves them when it starts the step."""
-    columns: dict[str, Any] = {"state": ExecutionState.IN_PROGRESS, "started_at": now}
-    if worker_id is not None:
-        columns["lease_owner"] = worker_id
-        columns["lease_expires_at"] = now + (lease or timedelta(seconds=30))
-    return columns
+    # Written even without a lease: on a scheduled row the Celery dispatcher keeps its resend
+    # time in lease_expires_at, which must not survive as the lease of a run that holds none.
+    return {
+        "state": ExecutionState.IN_PROGRESS,
+        "started_at": now,
+        "lease_owner": worker_id,
+        "lease_expires_at": None if worker_id is None else now + (lease or timedelta(seconds=30)),
+    }

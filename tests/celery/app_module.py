@@ -1,8 +1,9 @@
 """The Celery application of the Celery tests: ``celery -A tests.celery.app_module worker``.
 
 Like a user's app module it creates the Celery app, the CeleryBackend and the workflows. The
-broker and the database come from the environment (set by ``tests.celery.support``); each
-prefork pool process configures geneva-drive after the fork, on its own engine.
+broker and the database come from the environment (set by ``tests.celery.support``); the
+worker's main process configures geneva-drive, and each prefork pool process again after the
+fork, on its own engine.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from datetime import timedelta
 from typing import Any
 
 from celery import Celery  # type: ignore[import-untyped]
-from celery.signals import worker_process_init  # type: ignore[import-untyped]
+from celery.signals import worker_init, worker_process_init  # type: ignore[import-untyped]
 from sqlalchemy import func, select
 
 from geneva_drive import ExceptionPolicy, StepExecution, Workflow, resumable_step, step
@@ -31,6 +32,9 @@ DATABASE_ENV = "GD_CELERY_TEST_DATABASE_URL"
 # reaches a worker only through the dispatcher. The margins keep that split deterministic
 # on a loaded machine (a send happens within 3 s of scheduling).
 ETA_HORIZON = timedelta(seconds=1)
+# Short, so a killed worker process's step is recovered within seconds; long enough that a
+# heartbeat (every third of it) is never late on a loaded machine.
+LEASE = timedelta(seconds=4)
 SHORT_WAIT = timedelta(milliseconds=300)
 LONG_WAIT = timedelta(seconds=4)
 DEFAULT_QUEUE = "gd-celery-default"
@@ -41,10 +45,11 @@ log = logging.getLogger("tests.celery")
 
 app = Celery("geneva_drive_celery_tests", broker=os.environ.get(BROKER_ENV, "memory://"))
 app.conf.task_default_queue = DEFAULT_QUEUE
-backend = CeleryBackend(app, eta_horizon=ETA_HORIZON)
+backend = CeleryBackend(app, eta_horizon=ETA_HORIZON, lease=LEASE)
 
 
-@worker_process_init.connect(weak=False)
+@worker_init.connect(weak=False)  # the main process: where solo and threads pools run tasks
+@worker_process_init.connect(weak=False)  # each prefork child, on its own engine
 def _configure_geneva_drive(**_: Any) -> None:
     url = os.environ.get(DATABASE_ENV)
     if url:
@@ -125,6 +130,24 @@ class CeleryHangs(Workflow):
     @step
     def hang(self) -> None:
         if runs_of(self, "hang") == 1:
-            log.warning("celery-hang: execution of workflow %s blocks", self.id)
+            log.warning(
+                "celery-hang: execution of workflow %s blocks in pid %d", self.id, os.getpid()
+            )
             threading.Event().wait()
         audit(self, "hang")
+
+
+class CeleryLongWalk(Workflow):
+    """A resumable step of WALK_ITEMS items of a few milliseconds each: still walking when a
+    test shuts the worker down."""
+
+    @resumable_step
+    def walk(self, it: Any) -> None:
+        for item in it.iterate_over(range(WALK_ITEMS)):
+            audit(self, f"walk:{item}")
+            if item == 1:
+                log.warning("celery-walk: workflow %s is walking in pid %d", self.id, os.getpid())
+            threading.Event().wait(0.02)  # the item's work
+
+
+WALK_ITEMS = 1000

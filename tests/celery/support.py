@@ -2,8 +2,9 @@
 
 The Redis server is Debian's ``redis-server`` (``apt-get install redis-server``), started per
 test session on a unix socket in a fresh temporary directory, with persistence off. A worker
-is ``celery -A tests.celery.app_module worker --pool=prefork`` in its own process group, so
-a test can SIGKILL the whole worker (main process and pool children) like a machine dying.
+is ``celery -A tests.celery.app_module worker`` (prefork unless told) in its own process
+group, so a test can SIGKILL the whole worker (main process and pool children) like a machine
+dying.
 
 Nothing here sleeps to synchronise: servers and workers are waited for by reading their own
 output lines, and conditions on the database are polled with a deadline.
@@ -181,6 +182,7 @@ class CeleryWorker:
         database_url: str,
         queues: list[str],
         concurrency: int = 2,
+        pool: str = "prefork",
         extra_env: dict[str, str] | None = None,
     ) -> CeleryWorker:
         from tests.celery.app_module import BROKER_ENV, DATABASE_ENV
@@ -203,7 +205,7 @@ class CeleryWorker:
                 "-A",
                 "tests.celery.app_module",
                 "worker",
-                "--pool=prefork",
+                f"--pool={pool}",
                 f"--concurrency={concurrency}",
                 "-Q",
                 ",".join(queues),
@@ -229,6 +231,14 @@ class CeleryWorker:
             worker.stop()
             raise CeleryUnavailable(f"the Celery worker did not start: {error}") from error
         return worker
+
+    def warm_shutdown(self, timeout: float = 60) -> int:
+        """SIGTERM to the main process only (as ``celery control shutdown`` or a process
+        manager that signals the main PID does); returns its exit code once it has exited."""
+        self.process.terminate()
+        code = self.process.wait(timeout=timeout)
+        self.stopped = True
+        return code
 
     def kill(self) -> None:
         """SIGKILL the worker and its pool processes at once: a crash, not a shutdown."""

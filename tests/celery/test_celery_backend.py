@@ -11,9 +11,12 @@ import json
 import logging
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from sqlalchemy import select
@@ -32,6 +35,31 @@ class CeleryRoutedOnce(Workflow):
     @step(job_options={"expires": 600})
     def only(self) -> None:
         pass
+
+
+class CeleryGatedStep(Workflow):
+    """Blocks in its body until the test opens the gate."""
+
+    gate: ClassVar[threading.Event] = threading.Event()
+    entered: ClassVar[threading.Event] = threading.Event()
+
+    @step
+    def held(self) -> None:
+        type(self).entered.set()
+        assert type(self).gate.wait(60), "the test never opened the gate"
+
+
+class CeleryDiesMidStep(Workflow):
+    """Its first run dies in the body, like a SIGKILLed worker process (phase 1 committed)."""
+
+    @step
+    def fragile(self) -> None:
+        if len(self.execution_history) == 1:
+            raise CeleryProcessDied
+
+
+class CeleryProcessDied(BaseException):
+    pass
 
 
 class CeleryRefusingBackend:
@@ -179,6 +207,32 @@ def test_a_lost_message_is_sent_again_once_resend_after_has_passed_and_not_befor
     assert execution.job_id != first_id
 
 
+def test_a_message_that_stays_overdue_is_sent_again_after_backing_off(session, broker, app, clock):
+    from geneva_drive.contrib.celery import dispatch
+
+    workflow = create(session, app.CeleryOnce)  # sent now, and no worker ever runs it
+    resend_after = app.backend.resend_after
+    passes = []
+    for _ in range(16):  # a pass every resend_after / 2, for 8 × resend_after
+        clock.advance(resend_after / 2)
+        passes.append(dispatch())
+
+    # Sent again after 1, 2, 4 and 8 × resend_after overdue, not on every resend_after.
+    assert [i for i, sent in enumerate(passes, start=1) if sent] == [2, 4, 8, 16]
+    assert len(messages(broker, app.DEFAULT_QUEUE)) == 5
+    [execution] = executions(session, workflow)
+    assert execution.job_id == messages(broker, app.DEFAULT_QUEUE)[-1]["headers"]["id"]
+
+
+def test_the_resend_interval_stops_growing_at_an_hour(app):
+    from geneva_drive.contrib.celery import MAX_RESEND_INTERVAL
+
+    due = datetime(2026, 1, 1)
+    assert app.backend.next_resend_at(due, due + timedelta(days=2)) == (
+        due + timedelta(days=2) + MAX_RESEND_INTERVAL
+    )
+
+
 def test_a_failed_send_leaves_the_row_unsent_and_the_next_dispatch_sends_it(
     celery_gd, session, broker, app
 ):
@@ -241,6 +295,8 @@ def test_the_backend_rejects_what_is_not_a_celery_app_or_a_positive_horizon(app)
         CeleryBackend("shop")
     with pytest.raises(StepConfigurationError, match=r"eta_horizon=.*positive timedelta"):
         CeleryBackend(app.app, eta_horizon=timedelta(0))
+    with pytest.raises(StepConfigurationError, match=r"lease=.*positive timedelta"):
+        CeleryBackend(app.app, lease=timedelta(seconds=-1))
 
 
 # -- receiving (the task's body, called here directly) ----------------------------------------
@@ -282,6 +338,97 @@ def test_an_early_message_does_not_run_the_step_and_leaves_it_to_the_dispatcher(
     assert (execution.state, execution.job_id) == ("scheduled", None)
     clock.advance(app.LONG_WAIT)
     assert dispatch() == 1
+
+
+def test_a_message_less_than_a_second_early_does_not_run_the_step_and_is_sent_again_with_its_eta(
+    session, broker, app
+):
+    from geneva_drive.contrib.celery import perform_step
+
+    workflow = create(session, app.CeleryTrip)  # `pack` waits 300 ms: an ETA message
+    [execution] = executions(session, workflow)
+    first = execution.job_id
+
+    assert perform_step(execution.id) == "early"  # delivered 300 ms before its time
+
+    [execution] = executions(session, workflow)
+    assert execution.state == "scheduled"
+    [_, again] = messages(broker, app.DEFAULT_QUEUE)
+    assert datetime.fromisoformat(again["headers"]["eta"]) == execution.scheduled_for
+    assert execution.job_id == again["headers"]["id"] != first
+    session.commit()
+    assert session.scalars(select(AuditEntry.note)).all() == []
+
+
+# -- leases: a Celery worker process heartbeats the steps its tasks run -----------------------
+
+
+@contextmanager
+def performing_gated_step(session: Session) -> Iterator[Workflow]:
+    """The Celery task runs a step on a thread; it blocks until the block is left."""
+    from geneva_drive.contrib.celery import perform_step
+
+    gate = CeleryGatedStep.gate = threading.Event()
+    entered = CeleryGatedStep.entered = threading.Event()
+    workflow = create(session, CeleryGatedStep)
+    [execution] = executions(session, workflow)
+    thread = threading.Thread(target=perform_step, args=(execution.id,))
+    thread.start()
+    try:
+        assert entered.wait(60)
+        yield workflow
+    finally:
+        gate.set()
+        thread.join(60)
+
+
+def test_a_step_run_by_the_celery_task_holds_a_lease_its_process_heartbeat_renews(
+    celery_gd, session, broker, app, clock
+):
+    process = app.backend.process_leases(celery_gd)
+
+    with performing_gated_step(session) as workflow:
+        [running] = executions(session, workflow)
+        assert running.state == "in_progress"
+        assert running.lease_owner == process.owner
+        assert running.lease_expires_at == clock.now() + app.backend.lease
+        clock.advance(app.backend.lease / 2)
+        assert process.heartbeat() == 1
+        [running] = executions(session, workflow)
+        assert running.lease_expires_at == clock.now() + app.backend.lease
+
+    assert [(e.state, e.lease_owner) for e in executions(session, workflow)] == [
+        ("completed", None)
+    ]
+    assert process.heartbeat() == 0  # nothing running any more
+
+
+def test_a_row_the_celery_process_no_longer_runs_expires_and_a_dispatch_pass_recovers_it(
+    celery_gd, session, broker, app, clock
+):
+    from geneva_drive.contrib.celery import dispatch, perform_step
+
+    process = app.backend.process_leases(celery_gd)
+    workflow = create(session, CeleryDiesMidStep)
+    [died] = executions(session, workflow)
+    with pytest.raises(CeleryProcessDied):
+        perform_step(died.id)  # the step dies; its row stays in progress under our lease
+    assert executions(session, workflow)[0].state == "in_progress"
+
+    with performing_gated_step(session):  # the process lives on and runs other steps
+        clock.advance(app.backend.lease / 2)
+        assert process.heartbeat() == 1  # the gated step's lease, not the dead one's
+        assert dispatch() == 0
+        assert executions(session, workflow)[0].state == "in_progress"
+        clock.advance(app.backend.lease / 2 + timedelta(microseconds=1))
+        dispatch()
+
+    assert [(e.state, e.outcome) for e in executions(session, workflow)] == [
+        ("completed", "recovered"),
+        ("scheduled", None),
+    ]
+    retry = executions(session, workflow)[1]
+    assert [m["args"] for m in messages(broker, app.DEFAULT_QUEUE)][-1] == [retry.id]
 
 
 def test_importing_the_celery_backend_without_celery_names_the_extra_to_install():

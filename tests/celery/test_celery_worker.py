@@ -8,11 +8,11 @@ in the database (or for a line of the worker's output) with a deadline.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from collections import Counter
 from dataclasses import replace
-from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -228,22 +228,55 @@ def test_geneva_drive_dispatch_sends_what_was_never_sent(
     wait_until(lambda: all_finished(session, [workflow]), describe=worker.output.text)
 
 
-def test_a_worker_killed_in_the_middle_of_a_step_is_recovered_by_housekeeping(
+def _pid_in(line: str) -> int:
+    return int(line.rsplit("pid ", 1)[1].split()[0])
+
+
+def test_a_killed_pool_process_s_step_is_recovered_within_lease_and_heartbeat(
     session, app, start_worker, pg_celery_gd
 ):
-    from geneva_drive import housekeeping
+    from geneva_drive.contrib.celery import dispatch
+
+    worker = start_worker()
+    workflow = create(session, app.CeleryHangs)
+    line = worker.output.wait_for("celery-hang: execution of workflow")
+    os.kill(_pid_in(line), signal.SIGKILL)  # the pool child dies; Celery starts another one
+    [hung] = executions(session, workflow)
+    assert (hung.state, hung.lease_owner.startswith("celery:")) == ("in_progress", True)
+
+    # Its lease runs out (no heartbeat from a dead process) and the dispatcher's pass
+    # recovers it: within lease + one heartbeat interval, not stuck_in_progress_threshold.
+    lease = app.LEASE.total_seconds()
+    wait_until(
+        lambda: executions(session, workflow)[0].state == "completed",
+        on_poll=dispatch,
+        timeout=lease + lease / 3 + 15,  # + slack for a loaded machine
+        describe=worker.output.text,
+    )
+    wait_until(lambda: all_finished(session, [workflow]), describe=worker.output.text)
+    assert [(e.state, e.outcome) for e in executions(session, workflow)] == [
+        ("completed", "recovered"),
+        ("completed", "success"),
+    ]
+    assert notes(session) == Counter({f"{workflow.id}:hang": 1})
+
+
+def test_a_whole_worker_killed_mid_step_is_recovered_once_its_lease_runs_out(
+    session, app, start_worker, pg_celery_gd
+):
+    from geneva_drive.contrib.celery import dispatch
 
     worker = start_worker()
     workflow = create(session, app.CeleryHangs)
     worker.output.wait_for("celery-hang: execution of workflow")
-    worker.kill()
-    [hung] = executions(session, workflow)
-    assert hung.state == "in_progress"
+    worker.kill()  # main process and pool children: a machine dying
 
-    # Celery holds no lease: the stuck-in-progress sweep recovers it (threshold 0 instead of
-    # an hour, rather than waiting), and the fresh execution goes out through the backend.
-    result = housekeeping.run(replace(pg_celery_gd, stuck_in_progress_threshold=timedelta(0)))
-    assert result["stuck_in_progress_recovered"] == 1
+    lease = app.LEASE.total_seconds()
+    wait_until(
+        lambda: executions(session, workflow)[0].state == "completed",
+        on_poll=dispatch,
+        timeout=lease + lease / 3 + 15,
+    )
     replacement = start_worker()
     wait_until(lambda: all_finished(session, [workflow]), describe=replacement.output.text)
     assert [(e.state, e.outcome) for e in executions(session, workflow)] == [
@@ -251,3 +284,28 @@ def test_a_worker_killed_in_the_middle_of_a_step_is_recovered_by_housekeeping(
         ("completed", "success"),
     ]
     assert notes(session) == Counter({f"{workflow.id}:hang": 1})
+
+
+@pytest.mark.parametrize("pool", ["prefork", "threads"])
+def test_a_warm_shutdown_stops_a_resumable_step_at_its_next_checkpoint(
+    session, app, start_worker, pool
+):
+    worker = start_worker(pool=pool)
+    workflow = create(session, app.CeleryLongWalk)
+    worker.output.wait_for("celery-walk: workflow")
+
+    assert worker.warm_shutdown() == 0
+
+    # A successor whose message the stopping worker still took stops at its first checkpoint.
+    *walked, successor = executions(session, workflow)
+    assert [(e.state, e.outcome) for e in walked] == [("completed", "continued")] * len(walked)
+    cursor = walked[-1].cursor_value
+    assert 2 <= cursor < app.WALK_ITEMS
+    assert (successor.state, successor.cursor_value) == ("scheduled", cursor)
+    assert successor.job_id is not None  # its message is out for the next worker
+    assert notes(session) == Counter(f"{workflow.id}:walk:{i}" for i in range(cursor))
+    print(f"{pool}: {len(walked)} execution(s) before the shutdown completed")
+
+    replacement = start_worker(pool=pool)
+    wait_until(lambda: all_finished(session, [workflow]), describe=replacement.output.text)
+    assert notes(session) == Counter(f"{workflow.id}:walk:{i}" for i in range(app.WALK_ITEMS))

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import ClassVar
 
@@ -50,23 +52,66 @@ def test_a_claimed_step_carries_the_workers_lease(gd, session, clock):
     assert execution.lease_expires_at == clock.now() + timedelta(seconds=20)
 
 
-def test_a_heartbeat_extends_only_the_leases_the_worker_holds(gd, session, clock):
+@contextlib.contextmanager
+def running_slow_step(gd, session, worker: Worker) -> Iterator[Workflow]:
+    """``worker``'s options run a slow step on a thread; it blocks until the block is left."""
+    gate = WorkerLeaseLostSlowStep.gate = threading.Event()
+    entered = WorkerLeaseLostSlowStep.entered = threading.Event()
+    wf = WorkerLeaseLostSlowStep.create(session)
+    session.commit()
+    thread = threading.Thread(target=claim_and_run, args=(None, worker.options, gd))
+    thread.start()
+    try:
+        assert entered.wait(60)
+        yield wf
+    finally:
+        gate.set()
+        thread.join(60)
+
+
+def test_a_heartbeat_extends_only_the_leases_of_the_steps_the_worker_is_running(gd, session, clock):
     WorkerCrashable.crashes = 2
-    mine = WorkerCrashable.create(session, allow_multiple=True)
-    theirs = WorkerCrashable.create(session, allow_multiple=True)
     worker = Worker(config=gd, lease=30)
-    mine_execution = crash_current_step(session, mine, worker_id=worker.worker_id)
+    lost = WorkerCrashable.create(session, allow_multiple=True)
+    theirs = WorkerCrashable.create(session, allow_multiple=True)
+    lost_execution = crash_current_step(session, lost, worker_id=worker.worker_id)
     theirs_execution = crash_current_step(session, theirs, worker_id="someone-else")
-    clock.advance(timedelta(seconds=10))
 
-    assert worker.heartbeat() == 1
+    with running_slow_step(gd, session, worker) as slow:
+        clock.advance(timedelta(seconds=10))
+        assert worker.heartbeat() == 1
+        [running] = slow.execution_history
+        renewed = clock.now() + timedelta(seconds=30)
+        assert fresh_execution(session, running.id).lease_expires_at == renewed
+        # Leased to this worker id, but none of its threads runs it: not renewed.
+        assert fresh_execution(session, lost_execution.id).lease_expires_at == clock.now() + (
+            timedelta(seconds=20)
+        )
+        assert fresh_execution(session, theirs_execution.id).lease_expires_at == clock.now() + (
+            timedelta(seconds=20)
+        )
 
-    assert fresh_execution(session, mine_execution.id).lease_expires_at == clock.now() + timedelta(
-        seconds=30
-    )
-    assert fresh_execution(session, theirs_execution.id).lease_expires_at == clock.now() + (
-        timedelta(seconds=20)
-    )
+
+def test_a_row_leased_to_a_live_worker_that_it_no_longer_runs_expires_and_is_recovered(
+    gd, session, clock
+):
+    WorkerCrashable.crashes = 1
+    worker = Worker(config=gd, lease=30)
+    wf = WorkerCrashable.create(session)
+    # Left in progress under this worker's id (say its phase 3 failed); the worker lives on.
+    crash_current_step(session, wf, worker_id=worker.worker_id, lease=30)
+    survivor = Worker(config=gd, lease=30)
+
+    for _ in range(3):  # the worker keeps heartbeating every 10 s
+        clock.advance(timedelta(seconds=10))
+        assert worker.heartbeat() == 0
+    clock.advance(timedelta(microseconds=1))
+
+    assert survivor.recover_expired_leases() == 1
+    assert trail(session, wf) == [
+        ("fragile", "completed", "recovered"),
+        ("fragile", "scheduled", None),
+    ]
 
 
 def test_a_worker_recovers_a_dead_workers_step_once_its_lease_has_expired(gd, session, clock):
@@ -89,18 +134,17 @@ def test_a_worker_recovers_a_dead_workers_step_once_its_lease_has_expired(gd, se
 
 
 def test_a_heartbeat_keeps_a_slow_step_from_being_recovered(gd, session, clock):
-    WorkerCrashable.crashes = 1
-    wf = WorkerCrashable.create(session)
     slow = Worker(config=gd, lease=30)
-    crash_current_step(session, wf, worker_id=slow.worker_id, lease=30)
     other = Worker(config=gd, lease=30)
 
-    for _ in range(6):  # a minute of heartbeats every 10 s
-        clock.advance(timedelta(seconds=10))
-        slow.heartbeat()
-        assert other.recover_expired_leases() == 0
+    with running_slow_step(gd, session, slow) as wf:
+        for _ in range(6):  # a minute of heartbeats every 10 s
+            clock.advance(timedelta(seconds=10))
+            assert slow.heartbeat() == 1
+            assert other.recover_expired_leases() == 0
+        assert trail(session, wf) == [("slow", "in_progress", None)]
 
-    assert trail(session, wf) == [("fragile", "in_progress", None)]
+    assert trail(session, wf) == [("slow", "completed", "success")]
 
 
 def test_a_worker_whose_lease_was_recovered_discards_its_late_result(gd, session, clock):

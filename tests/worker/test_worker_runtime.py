@@ -9,7 +9,8 @@ from typing import ClassVar
 
 from sqlalchemy import func, select
 
-from geneva_drive import DatabaseBackend, StepExecution, Workflow, step
+import geneva_drive
+from geneva_drive import DatabaseBackend, StepExecution, Workflow, resumable_step, step
 from geneva_drive.config import configured
 from geneva_drive.executor import claim_and_run
 from geneva_drive.worker import Worker
@@ -61,6 +62,21 @@ class WorkerGatedStep(Workflow):
     @step
     def after(self) -> None:
         pass
+
+
+class WorkerResumableGated(Workflow):
+    """Blocks in its second item until the test opens the gate; six items in all."""
+
+    may_proceed_without_hero = True
+    gate: ClassVar[threading.Event] = threading.Event()
+    entered: ClassVar[threading.Event] = threading.Event()
+
+    @resumable_step
+    def walk(self, it: object) -> None:
+        for item in it.iterate_over(range(6)):  # type: ignore[attr-defined]
+            if item == 1:
+                type(self).entered.set()
+                assert type(self).gate.wait(DEADLINE), "the test never opened the gate"
 
 
 def _run_in_thread(worker: Worker, until: Callable[[], bool] | None = None) -> threading.Thread:
@@ -262,3 +278,26 @@ def test_a_stopped_worker_leaves_no_execution_in_progress_and_no_lease(gd, sessi
     ).scalar_one()
     assert leased == 0
     assert state_of(session, wf) == "finished"
+
+
+def test_a_process_wide_shutdown_request_stops_the_worker_and_its_resumable_step(gd, session):
+    WorkerResumableGated.gate = threading.Event()
+    WorkerResumableGated.entered = threading.Event()
+    wf = WorkerResumableGated.create(session)
+    session.commit()
+    worker = Worker(config=gd, concurrency=1, poll_interval=0.05, grace_period=DEADLINE)
+    thread = _run_in_thread(worker)
+    try:
+        assert WorkerResumableGated.entered.wait(DEADLINE)
+        geneva_drive.request_shutdown()  # not worker.stop(): e.g. a Celery or framework hook
+        WorkerResumableGated.gate.set()
+        thread.join(DEADLINE)
+    finally:
+        WorkerResumableGated.gate.set()
+        geneva_drive.clear_shutdown_request()
+
+    assert not thread.is_alive()
+    assert trail(session, wf) == [
+        ("walk", "completed", "continued"),  # stopped at the checkpoint after item 1
+        ("walk", "scheduled", None),  # the successor, left for the next worker
+    ]

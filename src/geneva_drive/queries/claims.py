@@ -351,20 +351,44 @@ def unclaimable_counts(session: Session, scope: ClaimScope) -> list[tuple[str, s
     return [(type_, hero_type, int(count)) for type_, hero_type, count in rows]
 
 
-def extend_leases(session: Session, worker_id: str, until: datetime, now: datetime) -> int:
-    """Heartbeat: push out the lease of every in-progress execution ``worker_id`` holds.
+def extend_leases(
+    session: Session, worker_id: str, execution_ids: Sequence[int], until: datetime, now: datetime
+) -> int:
+    """Heartbeat: push out the leases of the given executions, those ``worker_id`` runs now.
+
+    By id, not by owner alone: a row leased to this worker that none of its threads runs any
+    more (its phase 3 failed) must expire, or it would stay leased for the life of the worker,
+    out of reach of lease recovery and housekeeping. The owner check keeps a row that another
+    worker recovered and someone started again from being extended by us.
 
     Only rows still ``in_progress``: one recovered by another worker (its lease had run out)
     stays recovered — the recovery re-checks the lease under the row lock, and this UPDATE
     re-checks the state after waiting for that lock, so the two never both win.
     """
+    if not execution_ids:
+        return 0
+    result = session.execute(
+        update(StepExecution)
+        .where(
+            StepExecution.id.in_(list(execution_ids)),
+            StepExecution.lease_owner == worker_id,
+            in_state(StepExecution.state, ExecutionState.IN_PROGRESS),
+        )
+        .values(lease_expires_at=until, updated_at=now)
+        .execution_options(synchronize_session=False)
+    )
+    return int(getattr(result, "rowcount", 0) or 0)
+
+
+def expire_leases(session: Session, worker_id: str, now: datetime) -> int:
+    """Expire every in-progress lease ``worker_id`` holds: it is leaving, recover them at once."""
     result = session.execute(
         update(StepExecution)
         .where(
             StepExecution.lease_owner == worker_id,
             in_state(StepExecution.state, ExecutionState.IN_PROGRESS),
         )
-        .values(lease_expires_at=until, updated_at=now)
+        .values(lease_expires_at=now, updated_at=now)
         .execution_options(synchronize_session=False)
     )
     return int(getattr(result, "rowcount", 0) or 0)
