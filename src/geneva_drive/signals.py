@@ -26,13 +26,12 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from . import outcomes, queries, serialization, writer
 from .backends.base import EnqueuedStep, enqueue_after_commit
-from .config import settings
+from .config import settings_of
 from .errors import SignalPayloadTooLargeError, WorkflowNotOngoing
 from .models import TIMEOUT_FOR, Signal, StepExecution
 from .states import ACTIVE_EXECUTION_STATES, ExecutionState, Outcome, WorkflowState
@@ -71,7 +70,7 @@ def deliver_signal(
             f"{_MAX_STRING} characters, got {idempotency_key!r}; pass None for no deduplication"
         )
     encoded = None if payload is None else serialization.encode(payload)
-    limit = settings().max_signal_payload_size
+    limit = settings_of(workflow.session).max_signal_payload_size
     if encoded is not None and limit is not None:
         size = serialization.encoded_size(payload)
         if size > limit:
@@ -84,7 +83,7 @@ def deliver_signal(
     # The lock (which also reloads the row) serialises us with the gate, the executor and
     # other senders: whichever commits second sees the other's write.
     queries.lock_workflow(session, workflow.id)
-    existing = _find(session, workflow.id, name, key) if key is not None else None
+    existing = queries.find_delivery(session, workflow.id, name, key) if key is not None else None
     if existing is not None:
         # An exact redelivery returns the first row, whatever the workflow's state now.
         return _duplicate(existing)
@@ -112,7 +111,9 @@ def deliver_signal(
                 session.add(signal)
                 session.flush()
         except IntegrityError:
-            winner = _find(session, workflow.id, name, key) if key is not None else None
+            if key is None:
+                raise
+            winner = queries.find_delivery(session, workflow.id, name, key)
             if winner is None:
                 raise
             return _duplicate(winner)
@@ -129,19 +130,6 @@ def _duplicate(signal: Signal) -> Signal:
     return signal
 
 
-def _find(session: Session, workflow_id: int, name: str, key: str) -> Signal | None:
-    stmt = (
-        select(Signal)
-        .where(
-            Signal.workflow_id == workflow_id,
-            Signal.name == name,
-            Signal.idempotency_key == key,
-        )
-        .execution_options(populate_existing=True)
-    )
-    return session.execute(stmt).scalar_one_or_none()
-
-
 def _adopt(signal: Signal, workflow: Workflow) -> Signal:
     # Matchers see the live workflow instance doing the scan (not a second, stale copy).
     signal.__dict__["workflow"] = workflow
@@ -156,35 +144,12 @@ def _matches(
         return bool(step_def.signal_matcher.matches(_adopt(signal, workflow)))
 
 
-def attachable(session: Session, workflow_id: int) -> Sequence[Signal]:
-    """Signals not yet consumed, oldest first: the candidates at the gate and on resume."""
-    stmt = (
-        select(Signal)
-        .where(Signal.workflow_id == workflow_id, Signal.state != CONSUMED)
-        .order_by(Signal.created_at, Signal.id)
-        .execution_options(populate_existing=True)
-    )
-    return session.execute(stmt).scalars().all()
-
-
 def wake_matching(session: Session, workflow: Workflow, signal: Signal) -> list[StepExecution]:
     """Dispatch: wake each parked execution whose matcher accepts ``signal`` (lock held)."""
     if workflow.state == WorkflowState.PAUSED or not workflow.ongoing:
         return []
-    now = settings().clock.now()
-    parked = (
-        session.execute(
-            select(StepExecution)
-            .where(
-                StepExecution.workflow_id == workflow.id,
-                StepExecution.state == ExecutionState.WAITING,
-            )
-            .order_by(StepExecution.created_at, StepExecution.id)
-            .execution_options(populate_existing=True)
-        )
-        .scalars()
-        .all()
-    )
+    now = settings_of(session).clock.now()
+    parked = queries.parked_executions(session, workflow.id)
     woken: list[tuple[StepExecution, StepDefinition]] = []
     for execution in parked:
         step_def = type(workflow).steps.named(execution.step_name)
@@ -195,7 +160,7 @@ def wake_matching(session: Session, workflow: Workflow, signal: Signal) -> list[
             continue
         # The timer leaves the one-active index before the parked row enters it.
         cancel_timeout(session, execution, now)
-        claim(signal)
+        claim(signal, now)
         writer.wake(execution, signal.id, now)
         session.flush()
         woken.append((execution, step_def))
@@ -214,12 +179,12 @@ def wake_matching(session: Session, workflow: Workflow, signal: Signal) -> list[
 # -- lifecycle -------------------------------------------------------------------------------
 
 
-def claim(signal: Signal) -> None:
+def claim(signal: Signal, now: datetime) -> None:
     """One more execution attached; the first claim flips ``pending → claimed``."""
     signal.claimed = (signal.claimed or 0) + 1
     if signal.state == PENDING:
         signal.state = CLAIMED
-        signal.claimed_at = settings().clock.now()
+        signal.claimed_at = now
 
 
 def record_clean_resolution(
@@ -234,7 +199,7 @@ def record_clean_resolution(
     signal.consumed = (signal.consumed or 0) + 1
     if signal.state == CLAIMED and fully_resolved(session, signal, resolved_step_names):
         signal.state = CONSUMED
-        signal.consumed_at = settings().clock.now()
+        signal.consumed_at = settings_of(session).clock.now()
 
 
 def fully_resolved(
@@ -246,11 +211,7 @@ def fully_resolved(
     attached execution at all counts as resolved.
     """
     session.flush()
-    attached = session.execute(
-        select(StepExecution)
-        .where(StepExecution.signal_id == signal.id)
-        .order_by(StepExecution.created_at, StepExecution.id)
-    ).scalars()
+    attached = queries.executions_attached_to(session, signal.id)
     newest: dict[str, StepExecution] = {}
     for execution in attached:
         if execution.step_name in resolved_step_names:
@@ -290,17 +251,17 @@ def gate(
     session: Session, workflow: Workflow, execution: StepExecution, step_def: StepDefinition
 ) -> Signal | None:
     """Receiver side: the attached signal, a newly claimed one, or None after parking."""
+    now = settings_of(session).clock.now()
     if execution.signal_id is not None:
         # Woken by dispatch, or a resumable successor carrying its predecessor's pin.
         pinned = session.get(Signal, execution.signal_id, populate_existing=True)
         if pinned is not None:
             return pinned
-    for candidate in attachable(session, workflow.id):
+    for candidate in queries.unconsumed_signals(session, workflow.id):
         if _matches(session, step_def, candidate, workflow):
-            claim(candidate)
+            claim(candidate, now)
             execution.signal_id = candidate.id
             return candidate
-    now = settings().clock.now()
     writer.park(execution, now)
     if step_def.timeout is not None:
         _arm_timeout(session, workflow, execution, step_def, now)
@@ -318,7 +279,7 @@ def rendezvous(session: Session, workflow: Workflow, execution: StepExecution) -
     step_def = type(workflow).steps.named(execution.step_name)
     if step_def is None or not step_def.waits_for_signal:
         return
-    for candidate in attachable(session, workflow.id):
+    for candidate in queries.unconsumed_signals(session, workflow.id):
         if _matches(session, step_def, candidate, workflow):
             wake_matching(session, workflow, candidate)
             return

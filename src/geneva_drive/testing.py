@@ -22,14 +22,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from . import queries, scheduling
 from .clock import FrozenClock
-from .config import configured, settings
+from .config import configured, settings_of
 from .executor import RunOptions, run_execution
-from .models import Signal, StepExecution
+from .models import StepExecution
 from .states import ExecutionState, WorkflowState
 from .workflow import Workflow
 
@@ -168,7 +167,7 @@ def perform_step_inline(
         keep_next = workflow.next_step_name
         try:
             execution = scheduling.create_step_execution(
-                session, workflow, step_def, settings().clock.now()
+                session, workflow, step_def, settings_of(session).clock.now()
             )
             workflow.next_step_name = keep_next
             session.commit()
@@ -193,9 +192,7 @@ def speedrun_current_step(
             return None
         for _ in range(max_executions):
             _run(workflow, execution, RunOptions(interruptible=False), raise_errors)
-            successor = session.execute(
-                select(StepExecution).where(StepExecution.continues_from_id == execution.id)
-            ).scalar_one_or_none()
+            successor = queries.successor_of(session, execution.id)
             if successor is None or successor.state != ExecutionState.SCHEDULED:
                 return execution
             execution = successor
@@ -255,9 +252,7 @@ def assert_step_has_successor(workflow: Workflow, step_name: str) -> None:
     with _callers_session(workflow) as session:
         completed = queries.executions_of_step(session, workflow.id, step_name, state="completed")
         for row in completed:
-            successor = session.execute(
-                select(StepExecution).where(StepExecution.continues_from_id == row.id)
-            ).scalar_one_or_none()
+            successor = queries.successor_of(session, row.id)
             if successor is not None and successor.state == ExecutionState.SCHEDULED:
                 return
         raise AssertionError(
@@ -280,12 +275,6 @@ def assert_waiting_for_signal(workflow: Workflow, signal_name: str | None = None
 
 def assert_signal_state(workflow: Workflow, signal_name: str, state: str) -> None:
     with _callers_session(workflow) as session:
-        signal = session.execute(
-            select(Signal)
-            .where(Signal.workflow_id == workflow.id, Signal.name == signal_name)
-            .order_by(Signal.created_at.desc(), Signal.id.desc())
-            .limit(1)
-            .execution_options(populate_existing=True)
-        ).scalar_one_or_none()
+        signal = queries.newest_signal_named(session, workflow.id, signal_name)
         assert signal is not None, f"no signal {signal_name!r} for workflow {workflow.id}"
         assert signal.state == state, f"signal {signal_name!r} is {signal.state!r}, not {state!r}"

@@ -331,6 +331,12 @@ def executions_of_step(
     )
 
 
+def successor_of(session: Session, execution_id: int) -> StepExecution | None:
+    """The execution that continues ``execution_id`` (a resumable step's next run), if any."""
+    stmt = select(StepExecution).where(StepExecution.continues_from_id == execution_id)
+    return session.execute(stmt).scalar_one_or_none()
+
+
 def newest_paused_marker(session: Session, workflow_id: int) -> StepExecution | None:
     """Newest completed/workflow_paused execution without a successor (resumable resume)."""
     successors = (
