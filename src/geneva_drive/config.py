@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 ErrorReporter = Callable[[BaseException, dict[str, Any]], None]
 
 _STUCK_ACTIONS = ("reattempt", "cancel")
+SESSION_SETTINGS = "geneva_drive.settings"  # Session.info key: the Settings it was made from
 
 
 def _log_reporter(error: BaseException, context: dict[str, Any]) -> None:
@@ -69,8 +70,13 @@ class Settings:
 
         factory = self.__dict__.get("_factory")
         if factory is None:
+            # Each session remembers the settings it was made from, so what runs in it (the
+            # step's own verbs and signals, the wake-ups after commit) uses this Settings'
+            # backend and clock rather than the process-wide ones (see settings_of).
             factory = sessionmaker(
-                bind=engine_for_workers(self.require_engine()), expire_on_commit=False
+                bind=engine_for_workers(self.require_engine()),
+                expire_on_commit=False,
+                info={SESSION_SETTINGS: self},
             )
             object.__setattr__(self, "_factory", factory)  # cache on the frozen dataclass
         return factory
@@ -124,6 +130,15 @@ def settings() -> Settings:
     return _current
 
 
+def settings_of(session: Session) -> Settings:
+    """The settings a session was made from (a worker's own), else the configured ones.
+
+    The caller's own sessions (a web request's) carry none and use :func:`settings`.
+    """
+    found = session.info.get(SESSION_SETTINGS)
+    return found if isinstance(found, Settings) else _current
+
+
 @contextlib.contextmanager
 def with_inline_enqueue() -> Iterator[None]:
     """Within the block, hand steps to the backend at once instead of after commit."""
@@ -135,10 +150,10 @@ def with_inline_enqueue() -> Iterator[None]:
         _inline.depth = previous
 
 
-def enqueues_deferred() -> bool:
+def enqueues_deferred(config: Settings | None = None) -> bool:
     if getattr(_inline, "depth", 0):
         return False
-    return _current.enqueue_after_commit
+    return (config or _current).enqueue_after_commit
 
 
 @contextlib.contextmanager

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy.orm import Session
 
 from . import events, outcomes, queries, writer
-from .config import Settings, settings
+from .config import Settings, settings, settings_of
 from .states import TERMINAL_WORKFLOW_STATES, ExecutionState, WorkflowState
 
 if TYPE_CHECKING:
@@ -123,7 +123,8 @@ def recover_execution(
     events.execution_logger(workflow, execution).warning(
         "recovering %s execution (%s) with %s", execution.state, reason, action
     )
-    writer.apply(session, workflow, execution, plan, settings().clock.now(), guarded=False)
+    now = settings_of(session).clock.now()
+    writer.apply(session, workflow, execution, plan, now, guarded=False)
     session.flush()
     return True
 

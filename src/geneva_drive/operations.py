@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from . import outcomes, queries, scheduling, signals, writer
 from .backends.base import EnqueuedStep, enqueue_after_commit
-from .config import settings
+from .config import settings_of
 from .errors import InvalidStateError, StepNotDefinedError
 from .models import StepExecution
 from .states import ExecutionState, WorkflowState
@@ -40,7 +40,7 @@ def cancel_workflow(workflow: Workflow) -> None:
     session = _locked(workflow)
     if workflow.state not in (WorkflowState.READY, WorkflowState.PAUSED, WorkflowState.PERFORMING):
         raise _refuse(workflow, "cancel", "ready, performing or paused")
-    now = settings().clock.now()
+    now = settings_of(session).clock.now()
     current = queries.current_execution(session, workflow.id)
     # An in-progress row belongs to its worker: phase 3 records its result and sees "canceled".
     if current is not None and current.state != ExecutionState.IN_PROGRESS:
@@ -56,7 +56,7 @@ def pause_workflow(workflow: Workflow) -> None:
     session = _locked(workflow)
     if workflow.state not in (WorkflowState.READY, WorkflowState.PERFORMING):
         raise _refuse(workflow, "pause", "ready or performing")
-    writer.move(workflow, WorkflowState.PAUSED, settings().clock.now(), guarded=False)
+    writer.move(workflow, WorkflowState.PAUSED, settings_of(session).clock.now(), guarded=False)
     session.flush()
 
 
@@ -69,7 +69,7 @@ def skip_workflow(workflow: Workflow) -> None:
     session = _locked(workflow)
     if workflow.state not in (WorkflowState.READY, WorkflowState.PAUSED):
         raise _refuse(workflow, "skip", "ready or paused (pause a performing one first)")
-    now = settings().clock.now()
+    now = settings_of(session).clock.now()
     current = queries.current_execution(session, workflow.id)
     if current is not None and current.state != ExecutionState.IN_PROGRESS:
         writer.apply(session, workflow, current, outcomes.for_operator_skip(), now, guarded=False)
@@ -96,7 +96,7 @@ def resume_workflow(workflow: Workflow) -> StepExecution | None:
         if current is not None and current.state == ExecutionState.IN_PROGRESS
         else WorkflowState.READY
     )
-    now = settings().clock.now()
+    now = settings_of(session).clock.now()
     writer.move(workflow, target, now, guarded=False)
     if current is not None:
         if current.state == ExecutionState.WAITING:

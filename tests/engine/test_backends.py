@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import timedelta
 
 import pytest
@@ -216,3 +217,20 @@ def test_the_inline_backend_runs_workflows_created_together_once_all_are_committ
 
     assert reload(session, first).state == "finished"
     assert reload(session, second).state == "finished"
+
+
+def test_a_runner_given_its_own_settings_hands_the_next_step_to_its_own_backend(session, gd):
+    # The process-wide settings have one backend; run_execution(config=…) another. The wait
+    # after `first` is handed to the backend of the settings the step ran under, not the global.
+    from geneva_drive.executor import run_execution
+
+    global_backend, own_backend = RecordingBackend(), RecordingBackend()
+    with configured(backend=global_backend):
+        wf, _ = _create(session, BackendTwoSteps)
+        session.commit()
+        first = current(session, wf)
+        global_backend.enqueued.clear()
+        own = dataclasses.replace(gd, backend=own_backend)
+        run_execution(first.id, config=own)
+    assert [s.step_name for s in own_backend.enqueued] == ["second"]
+    assert global_backend.enqueued == []

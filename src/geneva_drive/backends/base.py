@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from sqlalchemy import event
 from sqlalchemy.orm import Session
 
-from ..config import enqueues_deferred, settings
+from ..config import Settings, enqueues_deferred, settings_of
 
 if TYPE_CHECKING:
     from ..models import StepExecution
@@ -102,9 +102,14 @@ def job_option_problem(
 
 
 def enqueue_after_commit(session: Session, step: EnqueuedStep) -> None:
-    """Hand ``step`` to the configured backend once ``session``'s transaction commits."""
-    if not enqueues_deferred() or not session.in_transaction():
-        _deliver([step])
+    """Hand ``step`` to the session's backend once ``session``'s transaction commits.
+
+    The backend is that of the settings the session was made from (a ``Worker(config=…)``'s
+    own), read now: the settings in force at commit time may be other ones.
+    """
+    config = settings_of(session)
+    if not enqueues_deferred(config) or not session.in_transaction():
+        _deliver([(step, config)])
         return
     if _LISTENING not in session.info:
         # Per-session listeners (nothing global is installed); they stay for the session's
@@ -115,12 +120,12 @@ def enqueue_after_commit(session: Session, step: EnqueuedStep) -> None:
     # Remember the (innermost) transaction that wrote the row: a rolled-back savepoint
     # drops only its own wake-ups.
     transaction = session.get_nested_transaction() or session.get_transaction()
-    session.info.setdefault(_PENDING, []).append((transaction, step))
+    session.info.setdefault(_PENDING, []).append((transaction, (step, config)))
 
 
-def _detach(session: Session) -> list[EnqueuedStep]:
-    pending: list[tuple[Any, EnqueuedStep]] = session.info.pop(_PENDING, None) or []
-    return [step for _, step in pending]
+def _detach(session: Session) -> list[tuple[EnqueuedStep, Settings]]:
+    pending: list[tuple[Any, tuple[EnqueuedStep, Settings]]] = session.info.pop(_PENDING, None)
+    return [delivery for _, delivery in pending or []]
 
 
 def _after_commit(session: Session) -> None:
@@ -145,15 +150,14 @@ def _after_soft_rollback(session: Session, rolled_back: Any) -> None:
     session.info[_PENDING] = [(tx, step) for tx, step in pending if not inside(tx)]
 
 
-def _deliver(steps: list[EnqueuedStep]) -> None:
-    backend = settings().backend
-    if backend is None:
-        return
-    for step in steps:
+def _deliver(deliveries: list[tuple[EnqueuedStep, Settings]]) -> None:
+    for step, config in deliveries:
+        if config.backend is None:
+            continue
         try:
-            backend.enqueue(step)
+            config.backend.enqueue(step)
         except Exception:  # the row is committed; housekeeping/dispatch will pick it up
-            settings().logger.exception(
+            config.logger.exception(
                 "enqueue of execution %s failed; it stays scheduled and will be recovered",
                 step.execution_id,
             )
