@@ -9,6 +9,7 @@ any position) shows the full traceback instead. Exit codes: 2 for a usage or set
 from __future__ import annotations
 
 import importlib
+import json
 import logging
 import os
 import sys
@@ -18,8 +19,17 @@ from typing import Annotated, Any
 
 import typer
 
-from .config import Settings
-from .startup import DEFAULT_WAIT_SECONDS
+from . import __version__
+from . import housekeeping as hk
+from .config import Settings, configure
+from .contrib import celery as gd_celery
+from .engine import create_engine
+from .errors import GenevaDriveError, StepConfigurationError
+from .loaded import NoWorkflowsLoaded
+from .migrate import current_revision, install
+from .startup import DEFAULT_WAIT_SECONDS, StartupError, check_database, first_line
+from .startup import wait_for_database as wait_for
+from .worker import Worker
 
 PROG = "geneva-drive"
 TRACEBACK_FLAG = "--traceback"
@@ -71,8 +81,6 @@ class AppImportError(Exception):
 
 def _version(value: bool) -> None:
     if value:
-        from . import __version__
-
         typer.echo(f"{PROG} {__version__}")
         raise typer.Exit()
 
@@ -94,8 +102,6 @@ def _options(
 
 
 def _engine(url: str):  # type: ignore[no-untyped-def]
-    from .engine import create_engine
-
     return create_engine(url)
 
 
@@ -140,8 +146,6 @@ def _logging() -> None:
 
 def _load_app(database_url: str, modules: list[str] | None) -> Settings:
     """The prelude of every long-running command: logging, the app's workflows, the engine."""
-    from .config import configure
-
     _logging()
     for spec in modules or []:
         import_app(spec)
@@ -151,9 +155,6 @@ def _load_app(database_url: str, modules: list[str] | None) -> Settings:
 @app.command()
 def migrate(database_url: DatabaseUrl, wait_for_database: WaitForDatabase = 0.0) -> None:
     """Create or upgrade geneva-drive's tables (its own Alembic version table)."""
-    from .migrate import current_revision, install
-    from .startup import wait_for_database as wait_for
-
     engine = _engine(database_url)
     wait_for(engine, wait=wait_for_database)
     install(engine)
@@ -194,8 +195,6 @@ def worker(
 
     It claims only steps of the workflow classes --app loaded, and refuses to start with none.
     """
-    from .worker import Worker
-
     config = _load_app(database_url, app_module)
     running = Worker(
         config=config,
@@ -226,10 +225,6 @@ def housekeeping(
     wait_for_database: WaitForDatabase = DEFAULT_WAIT_SECONDS,
 ) -> None:
     """Delete old finished workflows, recover lost steps, publish gauges; prints the counts."""
-    import json
-
-    from . import housekeeping as hk
-    from .startup import check_database
 
     config = _load_app(database_url, app_module)
     check_database(config.require_engine(), wait=wait_for_database)
@@ -259,11 +254,6 @@ def dispatch(
     wait_for_database: WaitForDatabase = DEFAULT_WAIT_SECONDS,
 ) -> None:
     """Celery: send steps whose wait was beyond the ETA horizon, and re-send lost messages."""
-    from .config import configure
-    from .contrib import celery as gd_celery
-    from .errors import StepConfigurationError
-    from .startup import check_database
-
     _logging()
     import_app(celery_app)  # the same errors as every --app; load_backend finds the app in it
     try:
@@ -285,6 +275,8 @@ def demo(
     ] = Path("geneva_drive_demo.db"),
 ) -> None:
     """Run example workflows on a local SQLite file with the real worker, then show timelines."""
+    # Imported here, not at the top: importing the demo defines its workflow classes, and a
+    # worker started without --app must see no workflows loaded.
     from .demo import run_demo
 
     run_demo(path)
@@ -331,10 +323,6 @@ def _usage_message(error: Any) -> str:
 def describe(error: Exception) -> tuple[str, int]:
     """The one line and the exit code for an error that ended a command."""
     from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
-
-    from .errors import GenevaDriveError
-    from .loaded import NoWorkflowsLoaded
-    from .startup import StartupError, first_line
 
     if isinstance(error, NoWorkflowsLoaded | AppImportError):
         return str(error), 2

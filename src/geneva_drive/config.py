@@ -19,6 +19,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from .clock import Clock, SystemClock
+from .engine import engine_for_workers, prepare_engine
 from .errors import StepConfigurationError
 
 if TYPE_CHECKING:
@@ -66,8 +67,6 @@ class Settings:
             )
 
     def session_factory(self) -> sessionmaker[Session]:
-        from .engine import engine_for_workers
-
         factory = self.__dict__.get("_factory")
         if factory is None:
             # Each session remembers the settings it was made from, so what runs in it (the
@@ -110,8 +109,6 @@ def configure(**changes: Any) -> Settings:
         )
     engine = changes.get("engine")
     if engine is not None:
-        from .engine import prepare_engine
-
         prepare_engine(engine)
     with _lock:
         candidate = replace(_current, **changes)

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy.orm import Session
 
 from . import events, outcomes, queries, writer
+from .backends.database import DatabaseBackend
 from .config import Settings, settings, settings_of
 from .states import TERMINAL_WORKFLOW_STATES, ExecutionState, WorkflowState
 
@@ -393,8 +394,6 @@ def run(
     if dispatch_due is not None:  # e.g. Celery: send long waits coming due, re-send lost ones
         result["dispatched"] = dispatch_due(config)
     if recover_scheduled is None:
-        from .backends.database import DatabaseBackend
-
         # With the database worker an overdue row is a backlog, and a dispatching backend
         # re-sends lost messages itself: recreating rows would only reorder or duplicate them.
         recover_scheduled = not isinstance(config.backend, DatabaseBackend) and (

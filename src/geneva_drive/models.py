@@ -33,6 +33,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
 from . import serialization
+from .config import settings
 from .states import ExecutionState, WorkflowState
 
 NAMING_CONVENTION = {
@@ -197,8 +198,6 @@ def _add_mysql_unique_keys(table: Table, connection: Connection, **_kw: Any) -> 
 
 
 def _now() -> datetime:
-    from .config import settings  # late: config is imported by almost everything
-
     return settings().clock.now()
 
 

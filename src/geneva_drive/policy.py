@@ -21,6 +21,7 @@ error as a note (so the stored backtrace shows it) and returned in ``Decision.pr
 
 from __future__ import annotations
 
+import builtins
 import importlib
 import random
 from collections.abc import Callable, Iterable, Sequence
@@ -259,8 +260,6 @@ def _resolve_dotted(name: str) -> type:
     """``"package.module.Error"`` → the class; a name that does not resolve is refused."""
     module_name, _, attr = name.rpartition(".")
     if not module_name:
-        import builtins
-
         found = getattr(builtins, name, None)
         reason = f"there is no builtin {name!r}"
     else:

@@ -17,6 +17,8 @@ from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Protocol
 
+from .. import queries
+from ..config import settings
 from .base import DATABASE_JOB_OPTIONS, EnqueuedStep
 
 # A row due within this margin counts as "due now" (clocks of app and worker hosts differ a
@@ -74,9 +76,6 @@ class DatabaseBackend:
         # application's own commit never queues on PostgreSQL's notification-queue lock. The
         # cost is a lost wake-up if this process dies between commit and NOTIFY: the row is
         # still there and the next poll finds it.
-        from .. import queries
-        from ..config import settings
-
         config = settings()
         engine = config.engine
         if engine is None or engine.dialect.name != "postgresql":

@@ -11,6 +11,8 @@ import threading
 from collections import deque
 from collections.abc import Iterable
 
+from ..config import settings
+from ..executor import run_execution
 from .base import DATABASE_JOB_OPTIONS, EnqueuedStep
 
 
@@ -30,9 +32,6 @@ class InlineBackend:
         self._local = threading.local()
 
     def enqueue(self, step: EnqueuedStep) -> None:
-        from ..config import settings
-        from ..executor import run_execution
-
         if not self.run_delayed and step.scheduled_for > settings().clock.now():
             return
         queue: deque[int] | None = getattr(self._local, "queue", None)
