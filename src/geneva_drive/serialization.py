@@ -41,6 +41,7 @@ from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.exc import NoInspectionAvailable
 
 from .errors import SerializationError
+from .heroes import resolve_hero_class
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
@@ -65,8 +66,6 @@ class Reference:
 
     def resolve(self, session: Session) -> Any:
         """The instance, loaded in ``session``; None if its row no longer exists."""
-        from .workflow import resolve_hero_class  # late: workflow imports this module
-
         return session.get(resolve_hero_class(self.class_name), self.key)
 
 

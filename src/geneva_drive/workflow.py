@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import InstanceState, Mapper, Session, mapperlib, object_session
+from sqlalchemy.orm import InstanceState, Mapper, Session, object_session
 
 from . import queries, serialization, writer
 from .backends.base import job_option_problem
@@ -30,6 +30,7 @@ from .errors import (
     WorkflowAlreadyOngoing,
 )
 from .flow import Action, FlowControl
+from .heroes import resolve_hero_class
 from .limits import MAX_HERO_ID, MAX_HERO_TYPE, MAX_WORKFLOW_TYPE, duration_problem
 from .models import WORKFLOWS, Base, Signal, StepExecution, WorkflowColumns, workflow_table_args
 from .policy import ExceptionPolicy
@@ -654,26 +655,6 @@ def _flush_new_hero(session: Session, name: str, hero: Any) -> None:
             f"added to the session and flushed, which failed: {type(error).__name__}: {error}; "
             "save the hero yourself first (session.add(hero); session.flush())"
         ) from error
-
-
-_hero_classes: dict[str, type[Any]] = {}
-
-
-def resolve_hero_class(name: str) -> type[Any]:
-    """The mapped class called ``name`` in any SQLAlchemy registry of this process."""
-    found = _hero_classes.get(name)
-    if found is not None:
-        return found
-    # SQLAlchemy keeps no public list of registries; this private set is stable since 1.4.
-    for registry in list(mapperlib._all_registries()):
-        for mapper in registry.mappers:
-            if mapper.class_.__name__ == name:
-                _hero_classes[name] = mapper.class_
-                return mapper.class_
-    raise LookupError(
-        f"hero_type {name!r} names no mapped class in this process; import the module that "
-        "defines it before running workflows"
-    )
 
 
 __all__ = ["ExecutionState", "Outcome", "StepNotDefinedError", "Workflow"]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from sqlalchemy import (
     String,
@@ -11,8 +11,10 @@ from sqlalchemy import (
     literal_column,
     or_,
 )
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
+from ..models import WORKFLOWS, Base
 from ..states import (
     ExecutionState,
 )
@@ -39,9 +41,23 @@ def in_state(column: Any, *states: ExecutionState) -> Any:
 
 
 def workflow_model() -> type[Workflow]:
-    from ..workflow import Workflow
+    """The mapped class of the workflows table: ``workflow.Workflow``, the root users subclass.
 
-    return Workflow
+    Found through the declarative registry, not imported: ``workflow`` is built on this query
+    layer (``create()``, the verbs), so the query layer cannot import it back.
+    """
+    found = _workflow_root.get("class")
+    if found is None:
+        found = next(
+            mapper.class_
+            for mapper in Base.registry.mappers
+            if mapper.local_table is Base.metadata.tables[WORKFLOWS] and mapper.inherits is None
+        )
+        _workflow_root["class"] = found
+    return cast("type[Workflow]", found)
+
+
+_workflow_root: dict[str, type[Any]] = {}
 
 
 def keyset(session: Session, stmt: Any) -> list[tuple[datetime, int]]:
@@ -65,8 +81,6 @@ def is_transient(error: BaseException) -> bool:
     Such an error is the database's, not the step's: the executor must not record it as a
     step failure, only let the transaction roll back and the execution run again.
     """
-    from sqlalchemy.exc import DBAPIError
-
     if not isinstance(error, DBAPIError):
         return False
     if error.connection_invalidated:
