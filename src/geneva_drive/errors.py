@@ -91,3 +91,13 @@ class StepExecutionError(GenevaDriveError):
 
 class StepNotDefinedError(StepExecutionError):
     """An execution names a step that its workflow class does not define."""
+
+    @classmethod
+    def for_step(cls, workflow: Any, name: str, *, doing: str) -> StepNotDefinedError:
+        """ "<Class> id=<id>: cannot <doing> step <name>, which is not defined; known steps…"."""
+        known = ", ".join(type(workflow).steps.names) or "none"
+        return cls(
+            f"{type(workflow).__name__} id={workflow.id}: cannot {doing} step {name!r}, which "
+            f"is not defined (any more); known steps: {known}",
+            workflow=workflow,
+        )

@@ -102,12 +102,7 @@ def create_successor_execution(
     """Continue a resumable step in a new execution, carrying its cursor and signal pin."""
     step_def = type(workflow).steps.named(predecessor.step_name)
     if step_def is None:
-        raise StepNotDefinedError(
-            f"{type(workflow).__name__} id={workflow.id}: cannot continue step "
-            f"{predecessor.step_name!r}, which is not defined any more; known steps: "
-            f"{', '.join(type(workflow).steps.names) or 'none'}",
-            workflow=workflow,
-        )
+        raise StepNotDefinedError.for_step(workflow, predecessor.step_name, doing="continue")
     return create_step_execution(
         session,
         workflow,

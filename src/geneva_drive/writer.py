@@ -206,11 +206,7 @@ def _schedule(
 def _defined(workflow: Workflow, name: str) -> StepDefinition:
     step_def = type(workflow).steps.named(name)
     if step_def is None:
-        raise StepNotDefinedError(
-            f"{type(workflow).__name__} id={workflow.id}: step {name!r} is not defined; "
-            f"known steps: {', '.join(type(workflow).steps.names) or 'none'}",
-            workflow=workflow,
-        )
+        raise StepNotDefinedError.for_step(workflow, name, doing="reattempt")
     return step_def
 
 
