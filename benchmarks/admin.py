@@ -43,27 +43,31 @@ from geneva_drive.admin import WorkflowFilter
 from geneva_drive.admin.find import encode_cursor
 from geneva_drive.config import configure
 
-BASE = datetime(2026, 11, 1, tzinfo=UTC)
-SPAN = timedelta(days=30)
-NOW = BASE + SPAN  # "now" for stats: the newest workflows were created in the last moments
+NOW = datetime(2026, 12, 1, tzinfo=UTC)  # "now" for stats: just after the newest workflow
+# One workflow created every 2.592 s at every size (1M span 30 days): the last hour's
+# throughput, what stats' outcomes read, is the same at every size.
+EVERY = timedelta(seconds=2.592)
+LIVE = 5000  # live workflows at every size: the work in flight does not grow with history
 CLASSES = ("BenchSignup", "BenchOrder", "BenchInvoice", "BenchErasure", "BenchWebhook")
 
-# i % 100 → 0 paused, 1-2 ready (scheduled), 3 ready (waiting), 4 performing, 5-9 canceled,
-# else finished. Times: workflow i is created at BASE + i * SPAN / n.
+# m: 0 paused, 1-2 ready (scheduled), 3 ready (waiting), 4 performing — every k-th workflow
+# (k = n / LIVE), so LIVE of them at every size —, 5 canceled (one in ten of the rest), 10
+# finished. Times: workflow i is created at base + i * EVERY.
 FILL_WORKFLOWS = """
 INSERT INTO geneva_drive_workflows
   (id, type, state, hero_type, hero_id, allow_multiple, current_step_name, next_step_name,
    started_at, transitioned_at, created_at, updated_at)
 SELECT i,
        (ARRAY['BenchSignup','BenchOrder','BenchInvoice','BenchErasure','BenchWebhook'])[i %% 5 + 1],
-       CASE WHEN i %% 100 = 0 THEN 'paused' WHEN i %% 100 IN (1, 2, 3) THEN 'ready'
-            WHEN i %% 100 = 4 THEN 'performing' WHEN i %% 100 < 10 THEN 'canceled'
-            ELSE 'finished' END,
+       CASE WHEN m = 0 THEN 'paused' WHEN m IN (1, 2, 3) THEN 'ready'
+            WHEN m = 4 THEN 'performing' WHEN m = 5 THEN 'canceled' ELSE 'finished' END,
        'Customer', i::text, true,
-       CASE WHEN i %% 100 = 4 THEN 'step_4' END,
-       CASE WHEN i %% 100 < 5 THEN 'step_4' END,
-       t, CASE WHEN i %% 100 IN (1, 2, 3, 4) THEN NULL ELSE t + interval '1 hour' END, t, t
-FROM (SELECT i, %(base)s::timestamp + i * %(step)s::interval AS t
+       CASE WHEN m = 4 THEN 'step_4' END,
+       CASE WHEN m < 5 THEN 'step_4' END,
+       t, CASE WHEN m IN (1, 2, 3, 4) THEN NULL ELSE t + interval '1 hour' END, t, t
+FROM (SELECT i, %(base)s::timestamp + i * %(step)s::interval AS t,
+             CASE WHEN i %% %(k)s = 0 THEN (i / %(k)s) %% 5
+         WHEN i %% 10 = 1 THEN 5 ELSE 10 END AS m
       FROM generate_series(1, %(n)s) AS i) AS s
 """
 # Execution k of workflow w: k < per - 1 completed; the last one tells the workflow's state.
@@ -96,7 +100,8 @@ SELECT (w - 1) * %(per)s + k + 1, w, 'step_' || (k %% 5),
        CASE WHEN last AND m = 4 AND w %% 5 = 0 THEN t
             WHEN last AND m = 4 THEN %(far)s::timestamp END,
        'q' || (w %% 3), 0, NULL, t, t
-FROM (SELECT w, k, k = %(per)s - 1 AS last, w %% 100 AS m,
+FROM (SELECT w, k, k = %(per)s - 1 AS last, CASE WHEN w %% %(k)s = 0 THEN (w / %(k)s) %% 5
+         WHEN w %% 10 = 1 THEN 5 ELSE 10 END AS m,
              %(base)s::timestamp + w * %(step)s::interval + k * interval '1 minute' AS t
       FROM generate_series(1, %(n)s) AS w, generate_series(0, %(per)s - 1) AS k) AS s
 """
@@ -106,10 +111,12 @@ INSERT INTO geneva_drive_signals (id, workflow_id, name, state, claimed, consume
   updated_at)
 SELECT w, w, 'other', 'pending', 0, 0, %(base)s::timestamp + w * %(step)s::interval,
        %(base)s::timestamp + w * %(step)s::interval
-FROM generate_series(1, %(n)s) AS w WHERE w %% 100 = 3;
+FROM generate_series(1, %(n)s) AS w WHERE CASE WHEN w %% %(k)s = 0 THEN (w / %(k)s) %% 5
+         WHEN w %% 10 = 1 THEN 5 ELSE 10 END = 3;
 INSERT INTO geneva_drive_operator_actions (id, workflow_id, action, actor, reason, at)
 SELECT w, w, 'pause', 'ops', 'seeded', %(base)s::timestamp + w * %(step)s::interval
-FROM generate_series(1, %(n)s) AS w WHERE w %% 100 = 0;
+FROM generate_series(1, %(n)s) AS w WHERE CASE WHEN w %% %(k)s = 0 THEN (w / %(k)s) %% 5
+         WHEN w %% 10 = 1 THEN 5 ELSE 10 END = 0;
 """
 TABLES = (
     "geneva_drive_workflows",
@@ -127,8 +134,9 @@ def fill(server: Any, database: str, n: int, per: int) -> dict[str, float]:
     params = {
         "n": n,
         "per": per,
-        "base": BASE.replace(tzinfo=None),
-        "step": SPAN / n,
+        "base": (NOW - n * EVERY).replace(tzinfo=None),
+        "step": EVERY,
+        "k": max(2, n // LIVE),
         "far": (NOW + timedelta(days=365)).replace(tzinfo=None),
     }
     dsn = server.url(database, driver="postgresql")
@@ -245,30 +253,33 @@ def _summary(plan_texts: list[str]) -> list[str]:
 
 # -- one size --------------------------------------------------------------------------------
 
-FILTERS: dict[str, WorkflowFilter] = {
-    "none": WorkflowFilter(),
-    "state=paused": WorkflowFilter(state="paused"),
-    "state=finished": WorkflowFilter(state="finished"),
-    "type": WorkflowFilter(workflow_type="BenchOrder"),
-    "type+state": WorkflowFilter(workflow_type="BenchOrder", state="ready"),
-    "hero": WorkflowFilter(hero_type="Customer", hero_id="500"),
-    "step": WorkflowFilter(current_step="step_4"),
-    "error_class": WorkflowFilter(error_class="TimeoutError"),
-    "awaiting_signal": WorkflowFilter(awaiting_signal="approved"),
-    "has_failed": WorkflowFilter(has_failed_execution=True),
-    "created_range": WorkflowFilter(
-        created_after=BASE + timedelta(days=10), created_before=BASE + timedelta(days=11)
-    ),
-    "transitioned_range": WorkflowFilter(transitioned_after=BASE + timedelta(days=10)),
-}
+
+def filters(n: int) -> dict[str, WorkflowFilter]:
+    middle = NOW - n * EVERY / 2
+    return {
+        "none": WorkflowFilter(),
+        "state=paused": WorkflowFilter(state="paused"),
+        "state=finished": WorkflowFilter(state="finished"),
+        "type": WorkflowFilter(workflow_type="BenchOrder"),
+        "type+state": WorkflowFilter(workflow_type="BenchOrder", state="ready"),
+        "hero": WorkflowFilter(hero_type="Customer", hero_id="500"),
+        "step": WorkflowFilter(current_step="step_4"),
+        "error_class": WorkflowFilter(error_class="TimeoutError"),
+        "awaiting_signal": WorkflowFilter(awaiting_signal="approved"),
+        "has_failed": WorkflowFilter(has_failed_execution=True),
+        "created_range": WorkflowFilter(
+            created_after=middle - timedelta(hours=1), created_before=middle
+        ),
+        "transitioned_range": WorkflowFilter(transitioned_after=middle),
+    }
 
 
 def measure(engine: Any, n: int, repeat: int) -> None:
-    middle = BASE + SPAN / 2
-    deep = encode_cursor(middle, n // 2, True)
+    deep = encode_cursor(NOW - n * EVERY / 2, n // 2, True)  # the middle of the history
+    named = filters(n)
     rows: list[dict[str, Any]] = []
     with Session(engine) as session:
-        for name, where in FILTERS.items():
+        for name, where in named.items():
             for depth, after in (("first", None), ("deep", deep)):
                 call = _finder(session, where, after)
                 page = call()
@@ -278,7 +289,7 @@ def measure(engine: Any, n: int, repeat: int) -> None:
                 rows.append(result)
                 session.rollback()
         for name in ("none", "state=paused"):
-            call = _counter(session, FILTERS[name])
+            call = _counter(session, named[name])
             rows.append(
                 {"what": "count", "filter": name, "value": str(call())}
                 | timed(call, repeat)

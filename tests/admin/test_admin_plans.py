@@ -158,11 +158,11 @@ def _no_full_scans(plans: list[str], db_backend: str) -> None:
 
 
 def _deep_cursor(session: Any, where: WorkflowFilter) -> str | None:
-    page = admin.find(session, where, limit=500)
+    page = admin.find(session, where, limit=200)
     for _ in range(3):
         if page.next_cursor is None:
             break
-        page = admin.find(session, where, limit=500, after=page.next_cursor)
+        page = admin.find(session, where, limit=200, after=page.next_cursor)
     return page.next_cursor
 
 
@@ -210,6 +210,10 @@ def test_a_page_of_workflows_reads_its_index_in_order_first_and_deep(
             assert "Sort" not in page and "TEMP B-TREE" not in page, page
         assert "ix_geneva_drive_step_executions_workflow_state" in waits + errors
         _no_full_scans(plans, db_backend)
+    if db_backend == "postgresql" and name in ("no filter", "state"):
+        # The deep page's scan starts at the cursor, not at the newest row filtering its way
+        # down to it (what "(created_at, id) < cursor" written as a bare OR did).
+        assert re.search(r"Index Cond: .*created_at <=", deep[0]), deep[0]
 
 
 def test_a_capped_count_stops_at_its_cap(seeded, session, db_backend):

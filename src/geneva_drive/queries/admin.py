@@ -97,7 +97,12 @@ def conditions(where: WorkflowFilter) -> list[Any]:
     if where.workflow_type is not None:
         clauses.append(_one_or_many(t.c.type, where.workflow_type))
     if where.state is not None:
-        clauses.append(_one_or_many(t.c.state, where.state))
+        # Literals (the filter admits WorkflowState values only): a prepared statement's
+        # generic plan then still knows "paused" is rare, and keeps the state index instead
+        # of filtering its way through the creation order.
+        states = (where.state,) if isinstance(where.state, str) else where.state
+        known = tuple(WorkflowState(s) for s in states)
+        clauses.append(_workflow_in(t, known) if known else t.c.id.is_(None))
     if where.hero_type is not None:
         clauses.append(t.c.hero_type == where.hero_type)
     if where.hero_id is not None:
@@ -153,20 +158,20 @@ def workflow_page(
 
     Ordered by ``(created_at, id)``, descending when ``newest_first``. The keyset condition is
     written out (row-value comparison is not portable) and matches the index order, so the
-    page is read straight off the index, as deep as the cursor goes.
+    page is read straight off the index from the cursor on, however deep it is.
     """
     t = _table()
     stmt = select(*(t.c[name] for name in WORKFLOW_COLUMNS)).where(*conditions(where))
     if after is not None:
+        # "created_at <= at AND (created_at < at OR id < last)", not the bare OR: the first
+        # term is what the planner can start the index scan at. With the OR alone it read
+        # the index from the newest row and filtered up to the cursor (39 ms at 500,000 rows
+        # deep, against 0.05 ms).
         at, last_id = after
         if newest_first:
-            stmt = stmt.where(
-                or_(t.c.created_at < at, and_(t.c.created_at == at, t.c.id < last_id))
-            )
+            stmt = stmt.where(t.c.created_at <= at, or_(t.c.created_at < at, t.c.id < last_id))
         else:
-            stmt = stmt.where(
-                or_(t.c.created_at > at, and_(t.c.created_at == at, t.c.id > last_id))
-            )
+            stmt = stmt.where(t.c.created_at >= at, or_(t.c.created_at > at, t.c.id > last_id))
     order = (t.c.created_at.desc(), t.c.id.desc()) if newest_first else (t.c.created_at, t.c.id)
     return session.execute(stmt.order_by(*order).limit(limit)).all()
 
