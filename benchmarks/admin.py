@@ -4,15 +4,18 @@
 
 For each size a fresh PostgreSQL database is filled server-side (``INSERT … SELECT`` over
 ``generate_series``; the secondary indexes are dropped for the load and rebuilt after, then
-``VACUUM ANALYZE``): ``size`` workflows of five classes spread over 30 days, each with
-``--executions-per`` executions. One in twenty is live — 1 % paused after a failure (half
-RuntimeError, half TimeoutError), 2 % ready with a step scheduled (a third of them overdue),
-1 % waiting for signal "approved" (half past their deadline), 1 % performing (a fifth with
-an expired lease) — and the rest finished or canceled. Then, through ``geneva_drive.admin``:
+``VACUUM ANALYZE``): ``size`` workflows of five classes, each with ``--executions-per``
+executions. 10,000 are live at every size (5,000 at 10k) — a fifth paused after a failure
+(half RuntimeError, half TimeoutError), two fifths ready with a step scheduled (a third of
+them overdue), a fifth waiting for signal "approved" (half past their deadline), a fifth
+performing (a fifth of them with an expired lease) — and the rest finished or canceled,
+one workflow created every 2.6 s (so the last hour's throughput is the same at every size).
+Then, through ``geneva_drive.admin``:
 
 - ``find`` first page and a deep page (a cursor in the middle of the history), per filter;
 - ``count`` (capped at 10,000), ``show`` of random workflows, ``stats``;
-- ``bulk("pause")`` over up to 10,000 ready workflows (each batch of 500 its own transaction).
+- ``bulk("pause")`` over every ongoing workflow (10,000; the paused ones are refused), each
+  batch of 500 its own transaction.
 
 Each timed call repeated (``--repeat``), p50/p95 in ms, and the plan of every statement (the
 plan the server settles on once the statement is prepared, as tests/admin does). JSON lines on
@@ -34,7 +37,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import emit, log, machine, percentile, start_postgres
-from sqlalchemy import event, text
+from sqlalchemy import event
 from sqlalchemy.orm import Session, sessionmaker
 
 import geneva_drive
@@ -47,7 +50,7 @@ NOW = datetime(2026, 12, 1, tzinfo=UTC)  # "now" for stats: just after the newes
 # One workflow created every 2.592 s at every size (1M span 30 days): the last hour's
 # throughput, what stats' outcomes read, is the same at every size.
 EVERY = timedelta(seconds=2.592)
-LIVE = 5000  # live workflows at every size: the work in flight does not grow with history
+LIVE = 10_000  # live workflows from 100k up (half of 10k): the work in flight stays put
 CLASSES = ("BenchSignup", "BenchOrder", "BenchInvoice", "BenchErasure", "BenchWebhook")
 
 # m: 0 paused, 1-2 ready (scheduled), 3 ready (waiting), 4 performing — every k-th workflow
@@ -317,11 +320,8 @@ def measure(engine: Any, n: int, repeat: int) -> None:
             f"p95 {row['p95_ms']:>8} ms"
         )
     t0 = time.perf_counter()
-    result = (
-        admin.bulk(sessionmaker(engine), "pause", WorkflowFilter(state="ready"), actor="bench")
-        if n <= 333_333
-        else _bulk_newest(engine, 10_000)
-    )
+    ongoing = WorkflowFilter(state=("ready", "performing", "paused"))  # the paused: refused
+    result = admin.bulk(sessionmaker(engine), "pause", ongoing, actor="bench")
     seconds = time.perf_counter() - t0
     emit(
         size=n,
@@ -333,20 +333,6 @@ def measure(engine: Any, n: int, repeat: int) -> None:
         ms_per_workflow=round(seconds * 1000 / max(1, result.matched), 3),
     )
     log(f"  bulk pause  {result.matched} matched in {seconds:.1f} s")
-
-
-def _bulk_newest(engine: Any, count: int) -> admin.BulkResult:
-    """Pause the newest ``count`` ready workflows: a filter that selects about that many."""
-    with engine.connect() as conn:
-        cut = conn.execute(
-            text(
-                "SELECT created_at FROM geneva_drive_workflows WHERE state = 'ready' "
-                "ORDER BY created_at DESC LIMIT 1 OFFSET :k"
-            ),
-            {"k": count - 1},
-        ).scalar_one()
-    where = WorkflowFilter(state="ready", created_after=cut.replace(tzinfo=UTC))
-    return admin.bulk(sessionmaker(engine), "pause", where, actor="bench")
 
 
 def _finder(session: Session, where: WorkflowFilter, after: str | None) -> Callable[[], Any]:
