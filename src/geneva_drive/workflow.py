@@ -406,6 +406,16 @@ class Workflow(WorkflowColumns, Base):
 
         return resume_workflow(self)
 
+    @classmethod
+    def ongoing_for(cls, hero: Any, session: Session | None = None) -> list[Workflow]:
+        """This class's ongoing workflows for ``hero`` (every class's, on ``Workflow``).
+
+        ``session``: the hero's own session unless given. See ``geneva_drive.admin.for_hero``.
+        """
+        from .admin.find import ongoing_for
+
+        return ongoing_for(cls, hero, session)
+
     def signal(self, name: str, payload: Any = None, idempotency_key: str | None = None) -> Signal:
         """Deliver an event to this workflow, inside the caller's transaction."""
         from .signals import deliver_signal

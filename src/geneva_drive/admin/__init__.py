@@ -1,0 +1,66 @@
+"""``geneva_drive.admin``: the one management API; the CLI and the dashboard are thin layers.
+
+Plain functions over the caller's ``Session`` (nothing here commits), except :func:`bulk`,
+which takes an engine or a sessionmaker because each batch is its own transaction. Results are
+frozen dataclasses of plain values; :func:`to_json` turns them into JSON-ready data.
+
+- find: :func:`find` (keyset pages), :func:`count` (capped), :func:`for_hero`
+- inspect: :func:`show` (a workflow's timeline)
+- act: :func:`pause`, :func:`resume`, :func:`skip`, :func:`cancel`, :func:`retry`,
+  :func:`resume_at`, :func:`signal`, and :func:`bulk` by filter
+- measure: :func:`stats`
+"""
+
+from .act import (
+    ACTIONS,
+    ActionResult,
+    BulkResult,
+    bulk,
+    cancel,
+    pause,
+    resume,
+    resume_at,
+    retry,
+    signal,
+    skip,
+)
+from .errors import AdminInputError, AdminNotFound, AdminRefused
+from .filters import WorkflowFilter
+from .find import BoundedCount, Page, WorkflowSummary, count, find, for_hero
+from .inspect import ActionEntry, ExecutionEntry, SignalEntry, Timeline, show
+from .jsonable import to_json
+from .measure import OutcomeCount, QueueBacklog, Stats, stats
+
+__all__ = [
+    "ACTIONS",
+    "ActionEntry",
+    "ActionResult",
+    "AdminInputError",
+    "AdminNotFound",
+    "AdminRefused",
+    "BoundedCount",
+    "BulkResult",
+    "ExecutionEntry",
+    "OutcomeCount",
+    "Page",
+    "QueueBacklog",
+    "SignalEntry",
+    "Stats",
+    "Timeline",
+    "WorkflowFilter",
+    "WorkflowSummary",
+    "bulk",
+    "cancel",
+    "count",
+    "find",
+    "for_hero",
+    "pause",
+    "resume",
+    "resume_at",
+    "retry",
+    "show",
+    "signal",
+    "skip",
+    "stats",
+    "to_json",
+]
