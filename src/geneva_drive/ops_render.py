@@ -94,7 +94,16 @@ def timeline(t: admin.Timeline) -> RenderableType:
         parts += [Text(""), _signals(t.signals)]
     if t.actions:
         parts += [Text(""), _actions(t.actions)]
+    if wf.state == "paused":
+        parts += [Text(""), Text(_paused_hint(wf.id))]
     return Group(*parts)
+
+
+def _paused_hint(workflow_id: int) -> str:
+    return (
+        f"paused: after a fix, `geneva-drive resume {workflow_id}` runs the step again; or "
+        f"`skip {workflow_id}`, `resume-at {workflow_id} STEP`, `cancel {workflow_id}`"
+    )
 
 
 def _executions(t: admin.Timeline) -> Table:

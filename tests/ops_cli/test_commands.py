@@ -76,10 +76,10 @@ def test_list_where_state_paused_shows_the_paused_workflow_only(session, install
 
     assert result.exit_code == 0, result.output
     rows = [line.split() for line in result.stdout.splitlines()]
-    ids = [row[0] for row in rows if row and row[0].isdigit()]
-    assert ids == [str(paused.id)]
-    assert str(ready.id) not in ids
-    assert "OpsCharge" in result.stdout and "charge" in result.stdout
+    table = [row[:4] for row in rows if len(row) > 1 and row[1] == "OpsCharge"]
+    assert table == [[str(paused.id), "OpsCharge", "paused", "charge"]]
+    assert str(ready.id) not in [row[0] for row in table]
+    assert "1 shown of 1 matching" in result.stdout
 
 
 def test_list_json_pages_with_a_cursor(session, installed_database_url):

@@ -7,13 +7,15 @@ not loaded) with plain SQL, as a deploy would leave them.
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
-from sqlalchemy import text
+import pytest
+from sqlalchemy import event, text
 
-from geneva_drive import Workflow, removed_step, step
+from geneva_drive import StepExecution, Workflow, removed_step, step
 from geneva_drive.deploy_check import LoadedCode, Problem, assess, check, log_summary
-from geneva_drive.queries.deploy import InFlightGroup, in_flight_groups
+from geneva_drive.queries.deploy import ACTIVE_STATES, InFlightGroup, in_flight_groups
 from tests.support.app import Order
 
 
@@ -211,3 +213,64 @@ def test_a_worker_logs_the_deploy_check_summary_once_at_start(gd, session, caplo
 
     lines = [r.getMessage() for r in caplog.records if "deploy check:" in r.getMessage()]
     assert lines == ["deploy check: 1 in-flight row(s), none stranded by this code"]
+
+
+def _deploy_statements(gd: Any, session: Any) -> list[tuple[str, Any]]:
+    sent: list[tuple[str, Any]] = []
+
+    def record(conn: Any, cursor: Any, statement: str, parameters: Any, *args: Any) -> None:
+        if "GROUP BY" in statement:
+            sent.append((statement, parameters))
+
+    event.listen(gd.engine, "before_cursor_execute", record)
+    try:
+        with session.begin():
+            in_flight_groups(session)
+    finally:
+        event.remove(gd.engine, "before_cursor_execute", record)
+    return sent
+
+
+def test_each_deploy_query_reads_an_index_of_in_flight_rows_not_the_history(
+    gd, session, db_backend
+):
+    if db_backend == "mariadb":
+        pytest.skip("the plans are checked on SQLite and PostgreSQL (partial indexes)")
+    for _ in range(3):
+        DeployShipping.create(session)
+    session.commit()
+    statements = _deploy_statements(gd, session)
+    assert len(statements) == 4  # three execution states, then paused workflows
+
+    plans = []
+    with gd.engine.connect() as connection:
+        if db_backend == "postgresql":
+            connection.exec_driver_sql("SET enable_seqscan = off")  # tiny tables: prove it can
+        for statement, parameters in statements:
+            explain = "EXPLAIN QUERY PLAN " if db_backend == "sqlite" else "EXPLAIN "
+            rows = connection.exec_driver_sql(explain + statement, parameters).fetchall()
+            plans.append(" ".join(str(r[-1]) for r in rows))
+
+    # Any partial index of the state read serves (the planner picks among them), and any
+    # index led by the workflows' state for the paused ones: never a scan of the history.
+    for plan, state in zip(plans[:-1], ACTIVE_STATES, strict=True):
+        used = re.findall(r"ix_geneva_drive_step_executions\w+", plan)
+        assert used and used[0] in _partial_indexes(StepExecution, state), plan
+    used = re.findall(r"ix_geneva_drive_workflows\w+", plans[-1])
+    assert used and used[0] in _indexes_led_by_state(Workflow), plans[-1]
+
+
+def _partial_indexes(model: Any, state: str) -> set[str]:
+    return {
+        str(index.name)
+        for index in model.__table__.indexes
+        if f"'{state}'" in str(index.dialect_options["postgresql"]["where"])
+    }
+
+
+def _indexes_led_by_state(model: Any) -> set[str]:
+    return {
+        str(index.name)
+        for index in model.__table__.indexes
+        if next(iter(index.columns)).name == "state"
+    }
