@@ -32,11 +32,16 @@ def age(seconds: float | None) -> str:
     return f"{seconds:.1f}s"
 
 
-def _table(*columns: str, title: str | None = None) -> Table:
-    table = Table(title=title, title_justify="left", box=None, pad_edge=False, header_style="bold")
+def _table(*columns: str) -> Table:
+    table = Table(box=None, pad_edge=False, header_style="bold")
     for column in columns:
         table.add_column(column, overflow="fold")
     return table
+
+
+def _section(title: str, table: Table) -> Group:
+    # A heading line, not Table(title=): a title wraps to the width of a narrow table.
+    return Group(Text(title, style="bold"), table)
 
 
 def _hero(item: admin.WorkflowSummary) -> str:
@@ -106,7 +111,7 @@ def _paused_hint(workflow_id: int) -> str:
     )
 
 
-def _executions(t: admin.Timeline) -> Table:
+def _executions(t: admin.Timeline) -> Group:
     title = "executions" + (" (the newest only)" if t.truncated else "")
     table = _table(
         "ID",
@@ -119,7 +124,6 @@ def _executions(t: admin.Timeline) -> Table:
         "FINISHED",
         "TOOK",
         "ERROR",
-        title=title,
     )
     for e in t.executions:
         step = f"{e.step_name} (timer)" if e.is_timer else e.step_name
@@ -137,7 +141,7 @@ def _executions(t: admin.Timeline) -> Table:
             age(e.duration_seconds),
             e.error_class or "",
         )
-    return table
+    return _section(title, table)
 
 
 def _failure(e: admin.ExecutionEntry) -> list[RenderableType]:
@@ -153,10 +157,8 @@ def _failure(e: admin.ExecutionEntry) -> list[RenderableType]:
     return lines
 
 
-def _signals(signals: tuple[admin.SignalEntry, ...]) -> Table:
-    table = _table(
-        "ID", "NAME", "STATE", "KEY", "PAYLOAD", "RECEIVED", "CONSUMED BY", title="signals"
-    )
+def _signals(signals: tuple[admin.SignalEntry, ...]) -> Group:
+    table = _table("ID", "NAME", "STATE", "KEY", "PAYLOAD", "RECEIVED", "CONSUMED BY")
     for s in signals:
         table.add_row(
             str(s.id),
@@ -167,14 +169,14 @@ def _signals(signals: tuple[admin.SignalEntry, ...]) -> Table:
             when(s.created_at),
             "" if s.consumed_by is None else str(s.consumed_by),
         )
-    return table
+    return _section("signals", table)
 
 
-def _actions(actions: tuple[admin.ActionEntry, ...]) -> Table:
-    table = _table("AT", "ACTION", "ACTOR", "REASON", title="operator actions")
+def _actions(actions: tuple[admin.ActionEntry, ...]) -> Group:
+    table = _table("AT", "ACTION", "ACTOR", "REASON")
     for a in actions:
         table.add_row(when(a.at), a.action, a.actor, a.reason or "")
-    return table
+    return _section("operator actions", table)
 
 
 # -- acting --------------------------------------------------------------------------------
@@ -217,13 +219,26 @@ def bulk_lines(action: str, result: admin.BulkResult) -> str:
 def stats(s: admin.Stats) -> RenderableType:
     states = sorted({state for _, state, _ in s.by_class_state})
     counts = {(cls, state): n for cls, state, n in s.by_class_state}
-    by_class = _table("TYPE", *(st.upper() for st in states), title="workflows by state")
+    by_class = _table(
+        "TYPE",
+        *(st.upper() for st in states),
+    )
     for cls in sorted({cls for cls, _, _ in s.by_class_state}):
         by_class.add_row(cls, *(str(counts.get((cls, st), "")) for st in states))
-    overdue = _table("QUEUE", "OVERDUE", "OLDEST DUE", title="overdue scheduled steps")
+    overdue = _table(
+        "QUEUE",
+        "OVERDUE",
+        "OLDEST DUE",
+    )
     for backlog in s.overdue:
         overdue.add_row(backlog.queue, str(backlog.count), age(backlog.oldest_due_age_seconds))
-    outcomes = _table("TYPE", "STEP", "OUTCOME", "5 MIN", "60 MIN", title="step outcomes")
+    outcomes = _table(
+        "TYPE",
+        "STEP",
+        "OUTCOME",
+        "5 MIN",
+        "60 MIN",
+    )
     for o in s.outcomes:
         outcomes.add_row(o.workflow_type, o.step, o.outcome, str(o.last_5m), str(o.last_60m))
     summary = Text(
@@ -234,11 +249,18 @@ def stats(s: admin.Stats) -> RenderableType:
     parts: list[RenderableType] = [
         summary,
         Text(""),
-        by_class if s.by_class_state else Text("no ongoing workflows"),
+        _section("workflows by state", by_class)
+        if s.by_class_state
+        else Text("no ongoing workflows"),
     ]
-    parts += [Text(""), overdue if s.overdue else Text("no overdue scheduled steps")]
+    parts += [
+        Text(""),
+        _section("overdue scheduled steps", overdue)
+        if s.overdue
+        else Text("no overdue scheduled steps"),
+    ]
     if s.outcomes:
-        parts += [Text(""), outcomes]
+        parts += [Text(""), _section("step outcomes", outcomes)]
     return Group(*parts)
 
 
