@@ -89,7 +89,8 @@ class Report:
     def gravestone_rows(self) -> int:
         return sum(f.group.count for f in self.findings if f.problem is Problem.REMOVED_STEP)
 
-    def summary(self) -> str:
+    def summary(self, *, hint: bool = True) -> str:
+        """One line; ``hint``: point to ``geneva-drive check`` for the details."""
         gravestones = (
             f"; {self.gravestone_rows} at removed_step gravestones (keep them)"
             if self.gravestone_rows
@@ -100,8 +101,8 @@ class Report:
         problems = sum(1 for f in self.findings if f.stranded)
         return (
             f"{self.stranded_rows} of {self.in_flight} in-flight row(s) would be stranded by "
-            f"this code ({problems} problem(s)){gravestones}; run `geneva-drive check --app …` "
-            "for what to do"
+            f"this code ({problems} problem(s)){gravestones}"
+            + ("; run `geneva-drive check --app …` for what to do" if hint else "")
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -180,17 +181,31 @@ def _unknown_step(group: InFlightGroup, cls: type[Workflow]) -> Finding:
     known = [d.name for d in cls.steps.runnable() if d.name]
     close = difflib.get_close_matches(step, known, n=1)
     target = close[0] if close else "STEP"
-    renamed = f" (renamed to {close[0]!r}?)" if close else ""
+    renamed = f" (to {close[0]!r}?)" if close else ""
+    listing = (
+        f"(list them with geneva-drive list --where type={group.workflow_type} --where "
+        f"current_step={step})"
+    )
+    if group.state == PAUSED:  # resume would refuse them: someone must move them on
+        fix = (
+            f"resume would refuse a step that is gone: after the deploy, move them with "
+            f"geneva-drive resume-at ID {target}; or declare removed_step({step!r}) in "
+            f"{cls.__name__} where it was, and geneva-drive skip ID moves them past it "
+            f"{listing}"
+        )
+    else:
+        fix = (
+            f"if the step was deleted, declare removed_step({step!r}) in {cls.__name__} where "
+            f"it was, so its rows skip past it; if it was renamed{renamed}, move them there: "
+            f"geneva-drive resume-at ID {target} {listing}"
+        )
     return Finding(
         Problem.UNKNOWN_STEP,
         True,
         group,
         f"{_rows(group)} stand at step {step!r}, which {cls.__name__} no longer defines "
         f"(its steps: {', '.join(known) or 'none'})",
-        f"if the step was deleted, declare removed_step({step!r}) in {cls.__name__} where it "
-        f"was, so its rows skip past it; if it was renamed{renamed}, move them there: "
-        f"geneva-drive resume-at ID {target} (list them with geneva-drive list --where "
-        f"type={group.workflow_type} --where current_step={step})",
+        fix,
     )
 
 

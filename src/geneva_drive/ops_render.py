@@ -32,11 +32,17 @@ def age(seconds: float | None) -> str:
     return f"{seconds:.1f}s"
 
 
-def _table(*columns: str) -> Table:
+def _table(*columns: str, folding: tuple[str, ...] = ()) -> Table:
+    """Columns named in ``folding`` wrap when the terminal is narrow; the others never do."""
     table = Table(box=None, pad_edge=False, header_style="bold")
     for column in columns:
-        table.add_column(column, overflow="fold")
+        table.add_column(column, overflow="fold", no_wrap=column not in folding)
     return table
+
+
+def short(at: datetime | None) -> str:
+    """A time within a timeline, where the year is seldom news."""
+    return "" if at is None else at.strftime("%m-%d %H:%M:%S")
 
 
 def _section(title: str, table: Table) -> Group:
@@ -54,7 +60,17 @@ def _hero(item: admin.WorkflowSummary) -> str:
 def page(found: admin.Page, total: admin.BoundedCount | None) -> RenderableType:
     if not found.items:
         return Text("no workflows match")
-    table = _table("ID", "TYPE", "STATE", "STEP", "HERO", "WAITING FOR", "LAST ERROR", "UPDATED")
+    table = _table(
+        "ID",
+        "TYPE",
+        "STATE",
+        "STEP",
+        "HERO",
+        "WAITING FOR",
+        "LAST ERROR",
+        "UPDATED",
+        folding=("TYPE", "STEP", "HERO", "WAITING FOR", "LAST ERROR"),
+    )
     for item in found.items:
         table.add_row(
             str(item.id),
@@ -121,9 +137,9 @@ def _executions(t: admin.Timeline) -> Group:
         "#",
         "DUE",
         "STARTED",
-        "FINISHED",
         "TOOK",
         "ERROR",
+        folding=("STEP", "ERROR"),
     )
     for e in t.executions:
         step = f"{e.step_name} (timer)" if e.is_timer else e.step_name
@@ -135,9 +151,8 @@ def _executions(t: admin.Timeline) -> Group:
             e.state,
             e.outcome or "",
             str(e.attempt),
-            when(e.scheduled_for),
-            when(e.started_at),
-            when(e.finished_at),
+            short(e.scheduled_for),
+            short(e.started_at),
             age(e.duration_seconds),
             e.error_class or "",
         )
@@ -158,7 +173,16 @@ def _failure(e: admin.ExecutionEntry) -> list[RenderableType]:
 
 
 def _signals(signals: tuple[admin.SignalEntry, ...]) -> Group:
-    table = _table("ID", "NAME", "STATE", "KEY", "PAYLOAD", "RECEIVED", "CONSUMED BY")
+    table = _table(
+        "ID",
+        "NAME",
+        "STATE",
+        "KEY",
+        "PAYLOAD",
+        "RECEIVED",
+        "CONSUMED BY",
+        folding=("NAME", "KEY", "PAYLOAD"),
+    )
     for s in signals:
         table.add_row(
             str(s.id),
@@ -166,14 +190,14 @@ def _signals(signals: tuple[admin.SignalEntry, ...]) -> Group:
             s.state,
             s.idempotency_key or "",
             s.payload_preview,
-            when(s.created_at),
+            short(s.created_at),
             "" if s.consumed_by is None else str(s.consumed_by),
         )
     return _section("signals", table)
 
 
 def _actions(actions: tuple[admin.ActionEntry, ...]) -> Group:
-    table = _table("AT", "ACTION", "ACTOR", "REASON")
+    table = _table("AT", "ACTION", "ACTOR", "REASON", folding=("REASON",))
     for a in actions:
         table.add_row(when(a.at), a.action, a.actor, a.reason or "")
     return _section("operator actions", table)
@@ -273,5 +297,5 @@ def deploy_report(report: Report) -> RenderableType:
         label = "STRANDED" if f.stranded else "gravestone"
         parts.append(Text(f"{label}: {f.message}", style="bold" if f.stranded else ""))
         parts.append(Text(f"  fix: {f.fix}"))
-    parts.append(Text(f"deploy check: {report.summary()}"))
+    parts.append(Text(f"deploy check: {report.summary(hint=False)}"))
     return Group(*parts)

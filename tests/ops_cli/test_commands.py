@@ -357,3 +357,16 @@ def test_stats_watch_stops_after_the_given_number_of_refreshes(session, installe
 
     assert result.exit_code == 0, result.output
     assert "workflows by state" in result.stdout
+
+
+def test_a_verb_with_json_prints_what_changed_and_what_was_refused(session, installed_database_url):
+    ready = _ready(session)
+
+    result = invoke(installed_database_url, "pause", str(ready.id), "987654", "--json")
+
+    assert result.exit_code == 1
+    report = json.loads(result.stdout)
+    assert [(c["workflow_id"], c["state_after"]) for c in report["changed"]] == [
+        (ready.id, "paused")
+    ]
+    assert [r[0] for r in report["refused"]] == [987654]

@@ -274,3 +274,14 @@ def _indexes_led_by_state(model: Any) -> set[str]:
         for index in model.__table__.indexes
         if next(iter(index.columns)).name == "state"
     }
+
+
+def test_paused_workflows_at_a_step_that_is_gone_are_told_to_resume_at_a_step_that_exists():
+    group = InFlightGroup("DeployShipping", None, "packing", "paused", 2, 7)
+    code = LoadedCode(workflows={"DeployShipping": DeployShipping}, hero_types=())
+
+    (finding,) = assess([group], code).findings
+
+    assert finding.stranded and finding.problem is Problem.UNKNOWN_STEP
+    assert "resume would refuse" in finding.fix
+    assert "geneva-drive resume-at ID pack" in finding.fix
