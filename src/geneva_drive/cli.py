@@ -282,6 +282,9 @@ def demo(
     run_demo(path)
 
 
+# list, show, the verbs, stats and check: commands of this app, defined in ops_cli.py.
+from . import ops_cli as _ops_cli  # noqa: E402, F401 - after `app` and the options it reuses
+
 # -- errors: one line each -------------------------------------------------------------------
 
 

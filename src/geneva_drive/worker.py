@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from types import FrameType
 
-from . import housekeeping, leases, queries
+from . import deploy_check, housekeeping, leases, queries
 from .backends.base import EnqueuedStep
 from .backends.database import DatabaseBackend
 from .clock import to_timedelta
@@ -274,6 +274,7 @@ class Worker:
         require_workflows(self.scope)
         check_database(self.config.require_engine(), wait=self.startup_wait)
         self._survey(force=True)
+        deploy_check.log_summary(self.config.session_factory(), log)  # one line (issue 15 §3)
         backend = self.config.backend
         if isinstance(backend, DatabaseBackend):
             backend.subscribe(self._wakeup)

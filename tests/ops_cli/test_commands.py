@@ -1,0 +1,372 @@
+"""The operator commands over ``geneva_drive.admin``, run in-process with Typer's CliRunner.
+
+The 3 a.m. scenario: a step keeps failing, the workflow is paused; find it, read its error,
+act on it — one workflow by id, or every match of a filter after a dry run and a question.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+from typing import Any, ClassVar
+
+from sqlalchemy import text
+
+from geneva_drive import Workflow, step
+from geneva_drive.testing import speedrun
+from tests.ops_cli._support import command, invoke, invoke_json, one_error_line
+
+
+class OpsCharge(Workflow):
+    """``charge`` fails while ``failing`` is set; the default policy pauses the workflow."""
+
+    may_proceed_without_hero = True
+    failing: ClassVar[bool] = True
+
+    @step
+    def prepare(self) -> None:
+        pass
+
+    @step
+    def charge(self) -> None:
+        if OpsCharge.failing:
+            raise ConnectionError("payment gateway unreachable")
+
+    @step
+    def receipt(self) -> None:
+        pass
+
+
+def _paused(session: Any) -> Workflow:
+    """A workflow paused by charge's failure (the step is kept for resume)."""
+    OpsCharge.failing = True
+    workflow = OpsCharge.create(session)
+    speedrun(workflow, raise_errors=False)
+    assert workflow.state == "paused"
+    return workflow
+
+
+def _ready(session: Any) -> Workflow:
+    workflow = OpsCharge.create(session)
+    session.commit()
+    return workflow
+
+
+def _state(session: Any, workflow: Workflow) -> str:
+    session.commit()
+    query = text("SELECT state FROM geneva_drive_workflows WHERE id = :id")
+    return str(session.execute(query, {"id": workflow.id}).scalar_one())
+
+
+def _step(session: Any, workflow: Workflow) -> str | None:
+    session.commit()
+    query = text("SELECT next_step_name FROM geneva_drive_workflows WHERE id = :id")
+    value = session.execute(query, {"id": workflow.id}).scalar_one()
+    return None if value is None else str(value)
+
+
+# -- list ------------------------------------------------------------------------------------
+
+
+def test_list_where_state_paused_shows_the_paused_workflow_only(session, installed_database_url):
+    paused = _paused(session)
+    ready = _ready(session)
+
+    result = invoke(installed_database_url, "list", "--where", "state=paused")
+
+    assert result.exit_code == 0, result.output
+    rows = [line.split() for line in result.stdout.splitlines()]
+    table = [row[:4] for row in rows if len(row) > 1 and row[1] == "OpsCharge"]
+    assert table == [[str(paused.id), "OpsCharge", "paused", "charge"]]
+    assert str(ready.id) not in [row[0] for row in table]
+    assert "1 shown of 1 matching" in result.stdout
+
+
+def test_list_json_pages_with_a_cursor(session, installed_database_url):
+    first, second = _ready(session), _ready(session)
+
+    page = invoke_json(installed_database_url, "list", "--type", "OpsCharge", "--limit", "1")
+    rest = invoke_json(
+        installed_database_url,
+        "list",
+        "--type",
+        "OpsCharge",
+        "--limit",
+        "1",
+        "--after",
+        page["next_cursor"],
+    )
+
+    assert [item["id"] for item in page["items"]] == [second.id]  # newest first
+    assert [item["id"] for item in rest["items"]] == [first.id]
+    assert page["items"][0]["workflow_type"] == "OpsCharge"
+
+
+def test_list_with_an_unknown_filter_key_is_a_usage_error_naming_the_close_key(
+    installed_database_url,
+):
+    result = invoke(installed_database_url, "list", "--where", "stat=paused")
+
+    assert result.exit_code == 2
+    assert "unknown key 'stat'" in result.output and "did you mean 'state'" in result.output
+
+
+# -- show ------------------------------------------------------------------------------------
+
+
+def test_show_prints_the_timeline_with_the_failed_attempts_error_and_backtrace(
+    session, installed_database_url
+):
+    paused = _paused(session)
+
+    result = invoke(installed_database_url, "show", str(paused.id))
+
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert f"workflow {paused.id}  OpsCharge  paused" in out
+    assert "steps: prepare → [charge] → receipt" in out
+    assert "ConnectionError: payment gateway unreachable" in out
+    assert 'raise ConnectionError("payment gateway unreachable")' in out  # the backtrace
+
+
+def test_show_json_has_every_execution(session, installed_database_url):
+    paused = _paused(session)
+
+    timeline = invoke_json(installed_database_url, "show", str(paused.id))
+
+    assert timeline["workflow"]["id"] == paused.id
+    steps = [(e["step_name"], e["state"]) for e in timeline["executions"]]
+    assert ("prepare", "completed") in steps and ("charge", "failed") in steps
+
+
+def test_show_of_an_unknown_id_is_one_line_and_exit_1(installed_database_url):
+    result = command("show", "987654", url=installed_database_url)
+
+    assert result.returncode == 1
+    assert "987654" in one_error_line(result.stderr)
+
+
+# -- acting by id ----------------------------------------------------------------------------
+
+
+def test_resume_by_id_resumes_and_records_the_actor_and_reason(session, installed_database_url):
+    paused = _paused(session)
+    OpsCharge.failing = False
+
+    result = invoke(
+        installed_database_url,
+        "resume",
+        str(paused.id),
+        "--actor",
+        "alice",
+        "--reason",
+        "gateway is back",
+    )
+
+    assert result.exit_code == 0, result.output
+    assert f"resume: workflow {paused.id} (paused → ready)" in result.stdout
+    assert _state(session, paused) == "ready"
+    actions = invoke_json(installed_database_url, "show", str(paused.id))["actions"]
+    assert [(a["action"], a["actor"], a["reason"]) for a in actions] == [
+        ("resume", "alice", "gateway is back")
+    ]
+
+
+def test_the_actor_defaults_to_the_os_user(session, installed_database_url):
+    workflow = _ready(session)
+
+    result = invoke(installed_database_url, "pause", str(workflow.id))
+
+    assert result.exit_code == 0, result.output
+    actions = invoke_json(installed_database_url, "show", str(workflow.id))["actions"]
+    assert [a["actor"] for a in actions] == [getpass.getuser()]
+
+
+def test_a_refused_action_exits_1_says_why_and_changes_nothing(session, installed_database_url):
+    ready = _ready(session)
+    paused = _paused(session)
+
+    result = invoke(installed_database_url, "resume", str(ready.id), str(paused.id))
+
+    assert result.exit_code == 1
+    assert f"refused: workflow {ready.id}: " in result.stderr
+    assert "OpsCharge" in result.stderr
+    assert _state(session, ready) == "ready"
+    assert _state(session, paused) == "ready"  # the other id was done all the same
+
+
+def test_skip_moves_a_paused_workflow_to_the_next_step(session, installed_database_url):
+    paused = _paused(session)
+
+    result = invoke(installed_database_url, "skip", str(paused.id))
+
+    assert result.exit_code == 0, result.output
+    assert _step(session, paused) == "receipt"
+
+
+def test_cancel_ends_a_workflow(session, installed_database_url):
+    workflow = _ready(session)
+
+    result = invoke(installed_database_url, "cancel", str(workflow.id), "--reason", "dup")
+
+    assert result.exit_code == 0, result.output
+    assert _state(session, workflow) == "canceled"
+
+
+def test_resume_at_continues_at_the_named_step(session, installed_database_url):
+    paused = _paused(session)
+
+    result = invoke(installed_database_url, "resume-at", str(paused.id), "receipt")
+
+    assert result.exit_code == 0, result.output
+    assert _state(session, paused) == "ready"
+    assert _step(session, paused) == "receipt"
+
+
+def test_resume_at_an_unknown_step_is_refused_with_the_known_steps(session, installed_database_url):
+    paused = _paused(session)
+
+    result = invoke(installed_database_url, "resume-at", str(paused.id), "recipt")
+
+    assert result.exit_code == 1
+    assert "recipt" in result.stderr
+    assert _state(session, paused) == "paused"
+
+
+def test_signal_delivers_a_payload_with_an_idempotency_key(session, installed_database_url):
+    workflow = _ready(session)
+
+    result = invoke(
+        installed_database_url,
+        "signal",
+        str(workflow.id),
+        "approved",
+        "--payload",
+        '{"by": "bob"}',
+        "--key",
+        "k1",
+    )
+
+    assert result.exit_code == 0, result.output
+    signals = invoke_json(installed_database_url, "show", str(workflow.id))["signals"]
+    assert [(s["name"], s["idempotency_key"]) for s in signals] == [("approved", "k1")]
+    assert "bob" in signals[0]["payload_preview"]
+
+
+def test_a_payload_that_is_not_json_is_a_usage_error(session, installed_database_url):
+    workflow = _ready(session)
+
+    result = invoke(
+        installed_database_url, "signal", str(workflow.id), "approved", "--payload", "{by: bob}"
+    )
+
+    assert result.exit_code == 2
+    assert "--payload" in result.output and "not JSON" in result.output
+
+
+def test_ids_and_where_together_or_neither_are_usage_errors(session, installed_database_url):
+    workflow = _ready(session)
+
+    both = invoke(installed_database_url, "pause", str(workflow.id), "--where", "state=ready")
+    neither = invoke(installed_database_url, "pause")
+
+    assert both.exit_code == 2 and "not both" in both.output
+    assert neither.exit_code == 2 and "--where KEY=VALUE" in neither.output
+    assert _state(session, workflow) == "ready"
+
+
+# -- acting in bulk --------------------------------------------------------------------------
+
+
+def test_bulk_retry_shows_what_would_change_and_declining_changes_nothing(
+    session, installed_database_url
+):
+    paused = [_paused(session), _paused(session)]
+
+    result = invoke(installed_database_url, "retry", "--where", "state=paused", input="n\n")
+
+    assert result.exit_code == 1
+    assert "2 workflow(s) match" in result.stdout
+    assert "would retry: 2" in result.stdout
+    assert "retry 2 workflow(s)? [y/N]" in result.stdout
+    assert "nothing changed" in result.stdout
+    actions = invoke_json(installed_database_url, "show", str(paused[0].id))["actions"]
+    assert actions == []
+
+
+def test_bulk_retry_applies_after_yes_at_the_prompt(session, installed_database_url):
+    paused = [_paused(session), _paused(session)]
+    OpsCharge.failing = False
+
+    result = invoke(installed_database_url, "retry", "--where", "state=paused", input="y\n")
+
+    assert result.exit_code == 0, result.output
+    assert "retry: 2 (" in result.stdout
+    assert {_state(session, w) for w in paused} == {"ready"}
+
+
+def test_bulk_with_refusals_applies_the_rest_and_exits_1(session, installed_database_url):
+    already = _paused(session)
+    ready = [_ready(session), _ready(session)]
+
+    result = invoke(
+        installed_database_url, "pause", "--where", "type=OpsCharge", "--yes", "--reason", "x"
+    )
+
+    assert result.exit_code == 1, result.output
+    assert "pause: 2 (" in result.stdout
+    assert "refused: 1" in result.stdout and f"workflow {already.id}: " in result.stdout
+    assert {_state(session, w) for w in ready} == {"paused"}
+
+
+def test_bulk_json_without_yes_prints_the_dry_run_and_changes_nothing(
+    session, installed_database_url
+):
+    ready = _ready(session)
+
+    result = invoke(installed_database_url, "cancel", "--where", "state=ready", "--json")
+
+    assert result.exit_code == 0, result.output
+    preview = json.loads(result.stdout)
+    assert preview["dry_run"] is True and preview["changed"] == [ready.id]
+    assert _state(session, ready) == "ready"
+
+
+# -- stats -----------------------------------------------------------------------------------
+
+
+def test_stats_counts_workflows_by_class_and_state(session, installed_database_url):
+    _paused(session)
+    _ready(session)
+
+    human = invoke(installed_database_url, "stats")
+    data = invoke_json(installed_database_url, "stats")
+
+    assert human.exit_code == 0, human.output
+    assert "workflows by state" in human.stdout and "OpsCharge" in human.stdout
+    counts = {(c, s): n for c, s, n in data["by_class_state"]}
+    assert counts[("OpsCharge", "paused")] == 1 and counts[("OpsCharge", "ready")] == 1
+
+
+def test_stats_watch_stops_after_the_given_number_of_refreshes(session, installed_database_url):
+    _ready(session)
+
+    result = invoke(
+        installed_database_url, "stats", "--watch", "--iterations", "2", "--interval", "0"
+    )
+
+    assert result.exit_code == 0, result.output
+    assert "workflows by state" in result.stdout
+
+
+def test_a_verb_with_json_prints_what_changed_and_what_was_refused(session, installed_database_url):
+    ready = _ready(session)
+
+    result = invoke(installed_database_url, "pause", str(ready.id), "987654", "--json")
+
+    assert result.exit_code == 1
+    report = json.loads(result.stdout)
+    assert [(c["workflow_id"], c["state_after"]) for c in report["changed"]] == [
+        (ready.id, "paused")
+    ]
+    assert [r[0] for r in report["refused"]] == [987654]
