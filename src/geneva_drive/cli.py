@@ -290,6 +290,12 @@ def demo(
     run_demo(path)
 
 
+# The dashboard's command lives in its package (it imports Starlette only when it runs).
+from .dashboard.command import dashboard as _dashboard  # noqa: E402
+
+app.command()(_dashboard)
+
+
 # -- errors: one line each -------------------------------------------------------------------
 
 
