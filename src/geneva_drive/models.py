@@ -46,6 +46,7 @@ NAMING_CONVENTION = {
 WORKFLOWS = "geneva_drive_workflows"
 EXECUTIONS = "geneva_drive_step_executions"
 SIGNALS = "geneva_drive_signals"
+OPERATOR_ACTIONS = "geneva_drive_operator_actions"
 
 # Dialect names: SQLAlchemy calls MariaDB "mariadb" for mariadb:// URLs, "mysql" otherwise.
 MYSQL_DIALECTS = ("mysql", "mariadb")
@@ -118,7 +119,14 @@ class Base(DeclarativeBase):
 def workflow_table_args() -> tuple[Any, ...]:
     ongoing = "state NOT IN ('finished', 'canceled') AND allow_multiple = false"
     return (
-        Index("ix_geneva_drive_workflows_type", "type"),
+        # The admin list: by class, newest first (keyset on created_at, id); also the claim's
+        # class filter and the gauges' lookups, which only need its leading column.
+        Index("ix_geneva_drive_workflows_type", "type", "created_at", "id"),
+        # The admin list, unfiltered and by state (paused ones, the usual 3 a.m. question),
+        # newest first, and the stats' counts of ongoing workflows (a prefix of the state
+        # index: its cost follows the work in flight, not the history). Migration 0005.
+        Index("ix_geneva_drive_workflows_created", "created_at", "id"),
+        Index("ix_geneva_drive_workflows_state_created", "state", "created_at", "id"),
         # State lookups, and housekeeping's "terminal and older than the cut-off" sweep,
         # which must not scan every finished workflow ever kept.
         Index("ix_geneva_drive_workflows_state_transitioned", "state", "transitioned_at"),
@@ -265,6 +273,11 @@ class StepExecution(Timestamps, Base):
     priority: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
     lease_owner: Mapped[str | None] = mapped_column(String(255))
     lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    # Set when the row parks (writer.park) and kept afterwards as history: the name of the
+    # signal it waits for, and when its timeout fires (None: it waits for ever). Migration 0005
+    # added them at the end of the table, hence the sort order (after the timestamps).
+    awaiting_signal: Mapped[str | None] = mapped_column(String(255), sort_order=10)
+    wait_deadline: Mapped[datetime | None] = mapped_column(UTCDateTime(), sort_order=10)
 
     __table_args__ = (
         # Not (workflow_id), (state) nor (scheduled_for), which the gem has: wider or partial
@@ -324,6 +337,22 @@ class StepExecution(Timestamps, Base):
         # and it scans instead (migration 0002).
         *_partial_index(
             "ix_geneva_drive_step_executions_waiting", "waiting_since", state="waiting"
+        ),
+        # The admin filter "waits for signal X" and the overdue-waits count (migration 0005):
+        # over the waiting rows only, so the cost follows what waits, not the history.
+        *_partial_index(
+            "ix_geneva_drive_step_executions_awaiting",
+            "awaiting_signal",
+            "wait_deadline",
+            state="waiting",
+        ),
+        # The admin filters "failed with error class X" and "has a failed execution": failed
+        # rows are written once, so on PostgreSQL/SQLite no other write pays for this one.
+        *_partial_index(
+            "ix_geneva_drive_step_executions_failed",
+            "error_class_name",
+            "workflow_id",
+            state="failed",
         ),
         MYSQL_TABLE_OPTIONS,
     )
@@ -411,3 +440,34 @@ class Signal(Timestamps, Base):
 
     def __repr__(self) -> str:
         return f"<Signal id={self.id} name={self.name!r} state={self.state}>"
+
+
+class OperatorAction(Base):
+    """Who did what to a workflow from the admin API, and why (shown in its timeline).
+
+    A table of its own rather than workflow metadata: it is appended to, never rewritten, and
+    it keeps an action's execution and detail without growing the hot workflow row. Deleted
+    with its workflow (ON DELETE CASCADE).
+    """
+
+    __tablename__ = OPERATOR_ACTIONS
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    workflow_id: Mapped[int] = mapped_column(Id, ForeignKey(f"{WORKFLOWS}.id", ondelete="CASCADE"))
+    execution_id: Mapped[int | None] = mapped_column(Id)
+    action: Mapped[str] = mapped_column(String(32))
+    actor: Mapped[str] = mapped_column(String(255))
+    reason: Mapped[str | None] = mapped_column(LongText)
+    at: Mapped[datetime] = mapped_column(UTCDateTime())
+    detail: Mapped[dict[str, Any] | None] = mapped_column(Json)
+
+    __table_args__ = (
+        Index("ix_geneva_drive_operator_actions_workflow_at", "workflow_id", "at"),
+        MYSQL_TABLE_OPTIONS,
+    )
+
+    def __repr__(self) -> str:
+        return (
+            f"<OperatorAction workflow_id={self.workflow_id} action={self.action} "
+            f"actor={self.actor!r}>"
+        )

@@ -301,7 +301,8 @@ def gate(
             execution.signal_id = candidate.id
             return candidate
     now = settings().clock.now()
-    writer.park(execution, now)
+    deadline = now + step_def.timeout if step_def.timeout is not None else None
+    writer.park(execution, now, awaiting=step_def.signal_matcher.name, deadline=deadline)
     if step_def.timeout is not None:
         _arm_timeout(session, workflow, execution, step_def, now)
     workflow.logger.info(

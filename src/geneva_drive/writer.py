@@ -86,11 +86,23 @@ def start(
     queries.start_both(session, execution, {**started, "updated_at": now}, workflow, performing)
 
 
-def park(execution: StepExecution, now: datetime) -> None:
-    """``scheduled → waiting``: the step waits for a signal."""
+def park(
+    execution: StepExecution,
+    now: datetime,
+    *,
+    awaiting: str | None = None,
+    deadline: datetime | None = None,
+) -> None:
+    """``scheduled → waiting``: the step waits for signal ``awaiting``, until ``deadline``.
+
+    The name and deadline are stored on the row so an operator can ask what waits for what
+    (``geneva_drive.admin``) without the workflow's code.
+    """
     check_step_transition(execution.state, ExecutionState.WAITING)
     execution.state = ExecutionState.WAITING
     execution.waiting_since = now
+    execution.awaiting_signal = awaiting
+    execution.wait_deadline = deadline
 
 
 def wake(execution: StepExecution, signal_id: int, now: datetime) -> None:

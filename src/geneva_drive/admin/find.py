@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
+import json
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy.orm import Session
+from sqlalchemy import inspect as sa_inspect
+from sqlalchemy.orm import Session, object_session
 
+from ..queries import admin as q
+from ..states import ONGOING_WORKFLOW_STATES
+from .errors import AdminInputError
 from .filters import WorkflowFilter
 
 if TYPE_CHECKING:
     from ..workflow import Workflow
+
+MAX_PAGE = 1000
 
 
 @dataclass(frozen=True)
@@ -54,19 +63,111 @@ def find(
     limit: int = 50,
     after: str | None = None,
 ) -> Page:
-    raise NotImplementedError
+    """One page of the workflows ``where`` selects, by creation time; ``after`` a page's
+    ``next_cursor`` for the next one."""
+    if not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
+        raise AdminInputError(f"find(limit={limit!r}): expected an int from 1 to {MAX_PAGE}")
+    key = None if after is None else decode_cursor(after, newest_first)
+    rows = q.workflow_page(session, where, newest_first=newest_first, limit=limit + 1, after=key)
+    more, rows = len(rows) > limit, rows[:limit]
+    items = summaries(session, rows)
+    last = items[-1] if more else None
+    cursor = None if last is None else encode_cursor(last.created_at, last.id, newest_first)
+    return Page(items=items, next_cursor=cursor)
+
+
+def summaries(session: Session, rows: Any) -> tuple[WorkflowSummary, ...]:
+    """Summaries of workflow rows, with their waits and last errors (two queries a page)."""
+    ids = [row.id for row in rows]
+    waits = q.waits_of(session, ids)
+    errors = q.last_errors_of(session, ids)
+    return tuple(_summary(row, waits.get(row.id, (None, None)), errors.get(row.id)) for row in rows)
+
+
+def _summary(row: Any, wait: tuple[Any, Any], error: str | None) -> WorkflowSummary:
+    return WorkflowSummary(
+        id=row.id,
+        workflow_type=row.type,
+        state=row.state,
+        hero_type=row.hero_type,
+        hero_id=row.hero_id,
+        current_step=row.current_step_name,
+        next_step=row.next_step_name,
+        created_at=row.created_at,
+        transitioned_at=row.transitioned_at,
+        updated_at=row.updated_at,
+        awaiting_signal=wait[0],
+        wait_deadline=wait[1],
+        last_error_class=error,
+    )
 
 
 def count(
     session: Session, where: WorkflowFilter = WorkflowFilter(), *, cap: int = 10_000
 ) -> BoundedCount:
-    raise NotImplementedError
+    """How many workflows ``where`` selects, up to ``cap`` (then ``exact`` is False)."""
+    if not isinstance(cap, int) or cap < 1:
+        raise AdminInputError(f"count(cap={cap!r}): expected a positive int")
+    value = q.capped_count(session, where, cap)
+    return BoundedCount(value=min(value, cap), exact=value <= cap)
 
 
 def for_hero(session: Session, hero: Any, *, ongoing_only: bool = False) -> list[Workflow]:
-    raise NotImplementedError
+    """Every workflow (of any class) about ``hero``, oldest first."""
+    from ..workflow import Workflow
+
+    return _of_hero(Workflow, session, hero, ongoing_only=ongoing_only)
 
 
 def ongoing_for(cls: type[Workflow], hero: Any, session: Session | None = None) -> list[Workflow]:
     """``Workflow.ongoing_for(hero)``: ongoing workflows of ``cls`` (and its subclasses)."""
-    raise NotImplementedError
+    if session is None:
+        session = object_session(hero)
+    if session is None:
+        raise AdminInputError(
+            f"{cls.__name__}.ongoing_for({hero!r}): the hero is not in a session; pass "
+            "session=<your session>"
+        )
+    return _of_hero(cls, session, hero, ongoing_only=True)
+
+
+def _of_hero(model: Any, session: Session, hero: Any, *, ongoing_only: bool) -> list[Workflow]:
+    identity = sa_inspect(hero, raiseerr=False)
+    key = getattr(identity, "identity", None)
+    if key is None or len(key) != 1:
+        raise AdminInputError(
+            f"for_hero({hero!r}): expected a saved instance of a mapped class with a "
+            "single-column primary key (the kind of hero create() takes)"
+        )
+    rows = q.hero_workflows(
+        session, model, type(hero).__name__, str(key[0]), ongoing_only=ongoing_only
+    )
+    return [w for w in rows if not ongoing_only or w.state in ONGOING_WORKFLOW_STATES]
+
+
+# -- the cursor: opaque to callers, a keyset to us -------------------------------------------
+
+
+def encode_cursor(created_at: datetime, workflow_id: int, newest_first: bool) -> str:
+    data = {"t": created_at.isoformat(), "i": workflow_id, "d": "desc" if newest_first else "asc"}
+    raw = json.dumps(data, separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str, newest_first: bool) -> tuple[datetime, int]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        data = json.loads(raw)
+        key = (datetime.fromisoformat(data["t"]), int(data["i"]))
+        direction = data["d"]
+    except (ValueError, KeyError, TypeError, binascii.Error):
+        raise AdminInputError(
+            f"find(after={cursor!r}): not a cursor this API gave out; pass a page's "
+            "next_cursor unchanged, or None for the first page"
+        ) from None
+    if direction != ("desc" if newest_first else "asc"):
+        raise AdminInputError(
+            f"find(after=...): this cursor pages {direction}ending, but newest_first="
+            f"{newest_first}; keep the order the first page was asked for"
+        )
+    return key

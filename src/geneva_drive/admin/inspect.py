@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy.orm import Session
 
-from .find import WorkflowSummary
+from .. import serialization
+from ..models import TIMEOUT_FOR
+from ..queries import admin as q
+from ..states import ExecutionState, Outcome
+from .errors import AdminInputError, AdminNotFound
+from .find import WorkflowSummary, summaries
+
+PREVIEW = 200  # characters of a signal payload shown in a timeline
 
 
 @dataclass(frozen=True)
@@ -76,4 +84,142 @@ class Timeline:
 
 
 def show(session: Session, workflow_id: int, *, max_executions: int = 1000) -> Timeline:
-    raise NotImplementedError
+    """Everything about one workflow, oldest first; only its newest ``max_executions``
+    executions (and as many signals and actions), so one endless resumable run stays cheap."""
+    if not isinstance(max_executions, int) or max_executions < 1:
+        raise AdminInputError(f"show(max_executions={max_executions!r}): expected a positive int")
+    row = q.workflow_row(session, workflow_id)
+    if row is None:
+        raise AdminNotFound(
+            f"no workflow with id={workflow_id}; find ids with admin.find() or `geneva-drive list`"
+        )
+    (summary,) = summaries(session, [row])
+    rows = q.timeline_executions(session, workflow_id, max_executions + 1)
+    truncated = len(rows) > max_executions
+    rows = list(reversed(rows[:max_executions]))
+    executions = _entries(rows)
+    signals = tuple(
+        _signal_entry(s, rows)
+        for s in reversed(q.timeline_signals(session, workflow_id, max_executions))
+    )
+    actions = tuple(
+        ActionEntry(
+            at=a.at,
+            action=a.action,
+            actor=a.actor,
+            reason=a.reason,
+            execution_id=a.execution_id,
+            detail=a.detail,
+        )
+        for a in reversed(q.timeline_actions(session, workflow_id, max_executions))
+    )
+    return Timeline(
+        workflow=summary,
+        metadata=_decoded(row.metadata),
+        steps=_step_names(row.type),
+        executions=executions,
+        signals=signals,
+        actions=actions,
+        awaiting_signal=summary.awaiting_signal,
+        wait_deadline=summary.wait_deadline,
+        truncated=truncated,
+    )
+
+
+def _step_names(workflow_type: str) -> tuple[str, ...]:
+    from ..workflow import Workflow
+
+    mapper = Workflow.__mapper__.polymorphic_map.get(workflow_type)
+    cls = mapper.class_ if mapper is not None else Workflow
+    return tuple(d.name for d in cls.steps if d.name)
+
+
+def _entries(rows: list[Any]) -> tuple[ExecutionEntry, ...]:
+    """Executions oldest first, each with its attempt number (timers: their parked row's)."""
+    runs: dict[str, int] = {}
+    attempt_of: dict[int, int] = {}
+    entries = []
+    for row in rows:
+        metadata = row.metadata or {}
+        parked = metadata.get(TIMEOUT_FOR)
+        if parked is None:
+            runs[row.step_name] = runs.get(row.step_name, 0) + 1
+            attempt_of[row.id] = runs[row.step_name]
+        attempt = attempt_of.get(int(parked), runs.get(row.step_name, 1)) if parked else None
+        entries.append(_entry(row, metadata, attempt or attempt_of[row.id], parked is not None))
+    return tuple(entries)
+
+
+def _entry(row: Any, metadata: dict[str, Any], attempt: int, timer: bool) -> ExecutionEntry:
+    duration = None
+    if row.started_at is not None and row.finished_at is not None:
+        duration = (row.finished_at - row.started_at).total_seconds()
+    iterations = metadata.get("iterations")
+    return ExecutionEntry(
+        id=row.id,
+        step_name=row.step_name,
+        state=row.state,
+        outcome=row.outcome,
+        is_timer=timer,
+        attempt=attempt,
+        scheduled_for=row.scheduled_for,
+        started_at=row.started_at,
+        finished_at=row.finished_at,
+        duration_seconds=duration,
+        error_class=row.error_class_name,
+        error_message=row.error_message,
+        error_backtrace=row.error_backtrace,
+        cursor=_decoded({"cursor": row.cursor})["cursor"],
+        iterations=iterations if isinstance(iterations, int) else None,
+        queue=row.queue,
+        lease_owner=row.lease_owner,
+        lease_expires_at=row.lease_expires_at,
+        metadata=_decoded(metadata),
+        awaiting_signal=row.awaiting_signal,
+        wait_deadline=row.wait_deadline,
+    )
+
+
+def _signal_entry(signal: Any, executions: list[Any]) -> SignalEntry:
+    attached = [e for e in executions if e.signal_id == signal.id]
+    consumed_by = None
+    if signal.consumed_at is not None:
+        clean = [
+            e
+            for e in attached
+            if e.state in (ExecutionState.COMPLETED, ExecutionState.SKIPPED)
+            and e.outcome in (Outcome.SUCCESS, Outcome.SKIPPED)
+        ]
+        consumed_by = clean[-1].id if clean else None
+    return SignalEntry(
+        id=signal.id,
+        name=signal.name,
+        state=signal.state,
+        idempotency_key=signal.idempotency_key,
+        payload_preview=_preview(signal.payload),
+        created_at=signal.created_at,
+        claimed_at=signal.claimed_at,
+        consumed_at=signal.consumed_at,
+        claimed_by=attached[0].id if attached else None,
+        consumed_by=consumed_by,
+    )
+
+
+def _preview(payload: Any) -> str:
+    if payload is None:
+        return ""
+    text = json.dumps(payload, sort_keys=True, default=str)
+    return text if len(text) <= PREVIEW else text[: PREVIEW - 1] + "…"
+
+
+def _decoded(data: Any) -> dict[str, Any]:
+    """Stored metadata as plain values; a value the codec cannot read is shown as stored."""
+    if not isinstance(data, dict):
+        return {}
+    decoded = {}
+    for key, value in data.items():
+        try:
+            decoded[str(key)] = serialization.decode(value)
+        except Exception:  # a reference to a class this process lacks: show it as stored
+            decoded[str(key)] = value
+    return decoded

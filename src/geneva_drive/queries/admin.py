@@ -1,0 +1,338 @@
+"""The admin API's queries: filtered keyset pages, capped counts, timelines, stats.
+
+Every query here is a range of an index whose size follows the rows asked about — a page, the
+work in flight, the last hour's throughput — never the whole history (tests/admin/
+test_admin_plans.py checks the plans):
+
+- pages of workflows: ``(created_at, id)``, ``(state, created_at, id)`` or ``(type,
+  created_at, id)``, read in order with a keyset ``(created_at, id) < cursor`` and a LIMIT;
+  never OFFSET, which reads and throws away every row before the page;
+- "waits for signal X", "failed with error X", "has a failed execution": semi-joins into the
+  partial indexes over the waiting and the failed executions;
+- a count stops at its cap (``SELECT count(*) FROM (… LIMIT cap + 1)``);
+- a timeline: one workflow's rows by ``(workflow_id, …)``, the newest ``limit`` of them;
+- stats: the partial indexes over scheduled, waiting and in-progress rows, and the
+  ``finished_at`` range of the last hour.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import (
+    and_,
+    case,
+    exists,
+    func,
+    or_,
+    select,
+)
+from sqlalchemy.orm import Session, aliased
+
+from ..models import OperatorAction, Signal, StepExecution
+from ..states import ExecutionState, WorkflowState
+from ._sql import in_state, workflow_model
+from .bypass import write_through
+
+if TYPE_CHECKING:
+    from ..admin.filters import WorkflowFilter
+
+WORKFLOW_COLUMNS = (
+    "id",
+    "type",
+    "state",
+    "hero_type",
+    "hero_id",
+    "current_step_name",
+    "next_step_name",
+    "created_at",
+    "transitioned_at",
+    "updated_at",
+)
+
+
+def _table() -> Any:
+    return workflow_model().__table__
+
+
+def _one_or_many(column: Any, value: str | tuple[str, ...]) -> Any:
+    if isinstance(value, tuple):
+        return column.in_(value)
+    return column == value
+
+
+def _failed() -> Any:
+    return in_state(StepExecution.state, ExecutionState.FAILED)
+
+
+def _latest_failed_with(error_class: str) -> Any:
+    """Workflow ids whose newest failed execution (by created_at, id) has ``error_class``.
+
+    Read from the partial index over failed rows; the "no newer failure" check is a probe of
+    ``(workflow_id, state)`` per candidate.
+    """
+    newer = aliased(StepExecution)
+    return select(StepExecution.workflow_id).where(
+        _failed(),
+        StepExecution.error_class_name == error_class,
+        ~exists().where(
+            newer.workflow_id == StepExecution.workflow_id,
+            in_state(newer.state, ExecutionState.FAILED),
+            or_(
+                newer.created_at > StepExecution.created_at,
+                and_(newer.created_at == StepExecution.created_at, newer.id > StepExecution.id),
+            ),
+        ),
+    )
+
+
+def conditions(where: WorkflowFilter) -> list[Any]:
+    """The WHERE clauses of ``where`` over the workflows table."""
+    t = _table()
+    clauses: list[Any] = []
+    if where.workflow_type is not None:
+        clauses.append(_one_or_many(t.c.type, where.workflow_type))
+    if where.state is not None:
+        clauses.append(_one_or_many(t.c.state, where.state))
+    if where.hero_type is not None:
+        clauses.append(t.c.hero_type == where.hero_type)
+    if where.hero_id is not None:
+        clauses.append(t.c.hero_id == where.hero_id)
+    if where.current_step is not None:
+        # Performing: current_step_name; ready or paused: next_step_name (the same step).
+        clauses.append(
+            or_(
+                t.c.current_step_name == where.current_step,
+                t.c.next_step_name == where.current_step,
+            )
+        )
+    if where.error_class is not None:
+        clauses.append(t.c.id.in_(_latest_failed_with(where.error_class)))
+    if where.awaiting_signal is not None:
+        waiting = select(StepExecution.workflow_id).where(
+            in_state(StepExecution.state, ExecutionState.WAITING),
+            StepExecution.awaiting_signal == where.awaiting_signal,
+        )
+        clauses.append(t.c.id.in_(waiting))
+    for column, after, before in (
+        (t.c.created_at, where.created_after, where.created_before),
+        (t.c.transitioned_at, where.transitioned_after, where.transitioned_before),
+    ):
+        if after is not None:
+            clauses.append(column >= after)
+        if before is not None:
+            clauses.append(column < before)
+    if where.has_failed_execution is True:
+        clauses.append(t.c.id.in_(select(StepExecution.workflow_id).where(_failed())))
+    elif where.has_failed_execution is False:
+        clauses.append(~exists().where(StepExecution.workflow_id == t.c.id, _failed()))
+    if where.ids is not None:
+        clauses.append(t.c.id.in_(where.ids) if where.ids else t.c.id.is_(None))
+    return clauses
+
+
+def workflow_page(
+    session: Session,
+    where: WorkflowFilter,
+    *,
+    newest_first: bool,
+    limit: int,
+    after: tuple[datetime, int] | None,
+) -> Sequence[Any]:
+    """Up to ``limit`` workflow rows (``WORKFLOW_COLUMNS``) after the keyset ``after``.
+
+    Ordered by ``(created_at, id)``, descending when ``newest_first``. The keyset condition is
+    written out (row-value comparison is not portable) and matches the index order, so the
+    page is read straight off the index, as deep as the cursor goes.
+    """
+    t = _table()
+    stmt = select(*(t.c[name] for name in WORKFLOW_COLUMNS)).where(*conditions(where))
+    if after is not None:
+        at, last_id = after
+        if newest_first:
+            stmt = stmt.where(
+                or_(t.c.created_at < at, and_(t.c.created_at == at, t.c.id < last_id))
+            )
+        else:
+            stmt = stmt.where(
+                or_(t.c.created_at > at, and_(t.c.created_at == at, t.c.id > last_id))
+            )
+    order = (t.c.created_at.desc(), t.c.id.desc()) if newest_first else (t.c.created_at, t.c.id)
+    return session.execute(stmt.order_by(*order).limit(limit)).all()
+
+
+def capped_count(session: Session, where: WorkflowFilter, cap: int) -> int:
+    """How many workflows match, counting no further than ``cap + 1``."""
+    t = _table()
+    matching = select(t.c.id).where(*conditions(where)).limit(cap + 1).subquery()
+    return int(session.execute(select(func.count()).select_from(matching)).scalar_one())
+
+
+def waits_of(session: Session, workflow_ids: Sequence[int]) -> dict[int, tuple[Any, Any]]:
+    """``{workflow id: (awaiting_signal, wait_deadline)}`` of their waiting executions."""
+    if not workflow_ids:
+        return {}
+    stmt = select(
+        StepExecution.workflow_id, StepExecution.awaiting_signal, StepExecution.wait_deadline
+    ).where(
+        StepExecution.workflow_id.in_(workflow_ids),
+        in_state(StepExecution.state, ExecutionState.WAITING),
+    )
+    return {row[0]: (row[1], row[2]) for row in session.execute(stmt)}
+
+
+def last_errors_of(session: Session, workflow_ids: Sequence[int]) -> dict[int, str | None]:
+    """``{workflow id: error_class_name}`` of each one's newest failed execution."""
+    if not workflow_ids:
+        return {}
+    stmt = (
+        select(StepExecution.workflow_id, StepExecution.error_class_name)
+        .where(StepExecution.workflow_id.in_(workflow_ids), _failed())
+        .order_by(StepExecution.created_at, StepExecution.id)
+    )
+    return {row[0]: row[1] for row in session.execute(stmt)}  # the newest wins
+
+
+# -- one workflow's timeline -----------------------------------------------------------------
+
+
+def workflow_row(session: Session, workflow_id: int) -> Any:
+    t = _table()
+    columns = (*(t.c[name] for name in WORKFLOW_COLUMNS), t.c.metadata)
+    return session.execute(select(*columns).where(t.c.id == workflow_id)).first()
+
+
+def timeline_executions(session: Session, workflow_id: int, limit: int) -> Sequence[Any]:
+    """The newest ``limit`` executions' rows (plain rows, not instances), newest first."""
+    table: Any = StepExecution.__table__
+    stmt = (
+        select(table)
+        .where(table.c.workflow_id == workflow_id)
+        .order_by(table.c.created_at.desc(), table.c.id.desc())
+        .limit(limit)
+    )
+    return session.execute(stmt).all()
+
+
+def timeline_signals(session: Session, workflow_id: int, limit: int) -> Sequence[Any]:
+    table: Any = Signal.__table__
+    stmt = (
+        select(table)
+        .where(table.c.workflow_id == workflow_id)
+        .order_by(table.c.created_at.desc(), table.c.id.desc())
+        .limit(limit)
+    )
+    return session.execute(stmt).all()
+
+
+def timeline_actions(session: Session, workflow_id: int, limit: int) -> Sequence[Any]:
+    table: Any = OperatorAction.__table__
+    stmt = (
+        select(table)
+        .where(table.c.workflow_id == workflow_id)
+        .order_by(table.c.at.desc(), table.c.id.desc())
+        .limit(limit)
+    )
+    return session.execute(stmt).all()
+
+
+# -- acting ----------------------------------------------------------------------------------
+
+
+def make_due(session: Session, execution: StepExecution, now: datetime) -> bool:
+    """Bring a scheduled execution's due time forward to ``now`` (workflow lock held).
+
+    Only while it is still scheduled: a worker may have claimed it since it was read.
+    """
+    return write_through(
+        session,
+        execution,
+        {"scheduled_for": now, "updated_at": now},
+        expect={"state": ExecutionState.SCHEDULED},
+    )
+
+
+def record_action(session: Session, values: dict[str, Any]) -> None:
+    """Append one operator action (flushed with the session, in the caller's transaction)."""
+    session.add(OperatorAction(**values))
+    session.flush()
+
+
+def hero_workflows(
+    session: Session, model: Any, hero_type: str, hero_id: str, *, ongoing_only: bool
+) -> Sequence[Any]:
+    """``model``'s workflows (ORM instances) for one hero, oldest first: the hero index."""
+    stmt = select(model).where(model.hero_type == hero_type, model.hero_id == hero_id)
+    if ongoing_only:
+        stmt = stmt.where(model.state.notin_((WorkflowState.FINISHED, WorkflowState.CANCELED)))
+    return session.execute(stmt.order_by(model.created_at, model.id)).scalars().all()
+
+
+# -- stats -----------------------------------------------------------------------------------
+
+
+def overdue_by_queue(session: Session, now: datetime) -> Sequence[Any]:
+    """(queue, count, oldest due time) of scheduled rows past due, paused workflows aside.
+
+    A range of the partial "due" index (scheduled rows only); a paused workflow's scheduled
+    row waits for resume() on purpose, so it is no backlog (one primary-key probe each).
+    """
+    wf = _table()
+    stmt = (
+        select(StepExecution.queue, func.count(), func.min(StepExecution.scheduled_for))
+        .join(wf, wf.c.id == StepExecution.workflow_id)
+        .where(
+            in_state(StepExecution.state, ExecutionState.SCHEDULED),
+            StepExecution.scheduled_for < now,
+            wf.c.state != WorkflowState.PAUSED,
+        )
+        .group_by(StepExecution.queue)
+        .order_by(StepExecution.queue)
+    )
+    return session.execute(stmt).all()
+
+
+def waiting_totals(session: Session, now: datetime) -> tuple[int, int]:
+    """(waiting rows, those past their deadline): the partial index over waiting rows."""
+    overdue = case((StepExecution.wait_deadline < now, 1), else_=0)
+    stmt = select(func.count(), func.coalesce(func.sum(overdue), 0)).where(
+        in_state(StepExecution.state, ExecutionState.WAITING)
+    )
+    waiting, past = session.execute(stmt).one()
+    return int(waiting), int(past)
+
+
+def expired_lease_count(session: Session, now: datetime) -> int:
+    """In-progress rows whose lease ran out: the partial lease index."""
+    stmt = select(func.count()).where(
+        in_state(StepExecution.state, ExecutionState.IN_PROGRESS),
+        StepExecution.lease_expires_at < now,
+    )
+    return int(session.execute(stmt).scalar_one())
+
+
+def recent_outcomes(session: Session, since: datetime, recent: datetime) -> Sequence[Any]:
+    """(type, step, state, outcome, since ``recent``, since ``since``) of ended executions.
+
+    A range of the ``finished_at`` index: the cost follows the throughput of the last hour,
+    not the history. Each row's workflow type is a primary-key probe.
+    """
+    wf = _table()
+    in_recent = func.sum(case((StepExecution.finished_at >= recent, 1), else_=0))
+    stmt = (
+        select(
+            wf.c.type,
+            StepExecution.step_name,
+            StepExecution.state,
+            StepExecution.outcome,
+            in_recent,
+            func.count(),
+        )
+        .join(wf, wf.c.id == StepExecution.workflow_id)
+        .where(StepExecution.finished_at >= since)
+        .group_by(wf.c.type, StepExecution.step_name, StepExecution.state, StepExecution.outcome)
+        .order_by(wf.c.type, StepExecution.step_name, StepExecution.outcome)
+    )
+    return session.execute(stmt).all()

@@ -1,0 +1,122 @@
+"""admin.show: one workflow's timeline — executions, timers, signals, waits, metadata."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pytest
+
+from geneva_drive import admin
+from geneva_drive.admin import AdminNotFound
+from geneva_drive.testing import perform_next_step
+from tests.admin.apps import AdminFlaky, AdminThreeSteps, AdminWaits
+from tests.support.app import Order
+
+
+def test_show_lists_every_execution_in_order_with_attempts_errors_and_durations(
+    session, make, clock
+):
+    wf = make(AdminFlaky, run=2)  # prepare ok, charge failed → paused
+    wf.resume()
+    session.commit()
+    perform_next_step(wf, raise_errors=False)  # charge fails again
+
+    timeline = admin.show(session, wf.id)
+
+    assert timeline.workflow.state == "paused"
+    assert timeline.steps == ("prepare", "charge", "receipt")
+    rows = [(e.step_name, e.state, e.outcome, e.attempt) for e in timeline.executions]
+    assert rows == [
+        ("prepare", "completed", "success", 1),
+        ("charge", "failed", "failed", 1),
+        ("charge", "failed", "failed", 2),
+    ]
+    failed = timeline.executions[-1]
+    assert failed.error_class == "RuntimeError"
+    assert failed.error_message == "card declined"
+    assert failed.error_backtrace is not None and "card declined" in failed.error_backtrace
+    assert failed.duration_seconds == 0.0  # the frozen clock
+    assert failed.queue == "default"
+    assert not failed.is_timer
+    assert timeline.workflow.last_error_class == "RuntimeError"
+    assert timeline.truncated is False
+
+
+def test_a_parked_step_shows_its_signal_its_deadline_and_its_timer(session, make, clock):
+    wf = make(AdminWaits, run=2)
+
+    timeline = admin.show(session, wf.id)
+
+    deadline = clock.now() + timedelta(hours=2)
+    assert (timeline.awaiting_signal, timeline.wait_deadline) == ("approved", deadline)
+    *_, parked, timer = timeline.executions
+    assert (parked.state, parked.awaiting_signal, parked.wait_deadline) == (
+        "waiting",
+        "approved",
+        deadline,
+    )
+    assert timer.is_timer and timer.state == "scheduled" and timer.scheduled_for == deadline
+    assert timer.attempt == parked.attempt == 1
+
+
+def test_signals_show_their_state_key_payload_preview_and_who_claimed_and_consumed_them(
+    session, make
+):
+    wf = make(AdminWaits, run=2)
+    wf.signal("approved", payload={"by": "ops", "note": "x" * 500}, idempotency_key="evt-1")
+    wf.signal("unrelated", payload=None)
+    session.commit()
+    perform_next_step(wf)  # approve runs with the signal
+
+    timeline = admin.show(session, wf.id)
+
+    approved, unrelated = timeline.signals
+    woken = [e for e in timeline.executions if e.step_name == "approve" and e.state == "completed"]
+    assert approved.name == "approved" and approved.state == "consumed"
+    assert approved.idempotency_key == "evt-1"
+    assert len(approved.payload_preview) == 200 and approved.payload_preview.startswith('{"by"')
+    assert approved.claimed_by == woken[0].id == approved.consumed_by
+    assert (unrelated.state, unrelated.payload_preview, unrelated.claimed_by) == (
+        "pending",
+        "",
+        None,
+    )
+
+
+def test_show_decodes_metadata_and_a_resumable_cursor(session, make):
+    wf = make(AdminThreeSteps)
+    wf.write_metadata("ticket", "OPS-12")
+    session.commit()
+
+    timeline = admin.show(session, wf.id)
+
+    assert timeline.metadata == {"ticket": "OPS-12"}
+    assert json.loads(json.dumps(admin.to_json(timeline)))["metadata"] == {"ticket": "OPS-12"}
+
+
+def test_show_keeps_only_the_newest_executions_of_a_long_history_and_says_so(session, make):
+    wf = make(AdminThreeSteps, run=2)  # first, second done; third scheduled
+
+    timeline = admin.show(session, wf.id, max_executions=2)
+
+    assert [e.step_name for e in timeline.executions] == ["second", "third"]
+    assert timeline.truncated is True
+
+
+def test_show_of_an_unknown_id_names_it(session):
+    with pytest.raises(AdminNotFound, match="id=424242"):
+        admin.show(session, 424242)
+
+
+def test_to_json_gives_plain_json_values(session, make):
+    wf = make(AdminWaits, run=2)
+    order = session.get(Order, int(wf.hero_id))
+
+    data = admin.to_json(admin.show(session, wf.id))
+
+    text = json.dumps(data)  # would raise on datetimes or dataclasses
+    assert data["workflow"]["id"] == wf.id and data["workflow"]["hero_id"] == str(order.id)
+    assert data["wait_deadline"].endswith("+00:00")
+    assert isinstance(data["executions"], list) and "approved" in text
+    assert admin.to_json(admin.count(session)) == {"value": 1, "exact": True}
