@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from geneva_drive import Workflow, removed_step, step
+from geneva_drive import Workflow, step
 
 
 class AdminThreeSteps(Workflow):
@@ -57,18 +57,4 @@ class AdminWaits(Workflow):
 class AdminWaitsForever(Workflow):
     @step(wait_for="shipped")
     def wait_for_it(self) -> None:
-        pass
-
-
-class AdminRenamed(Workflow):
-    """Its step ``old`` was deleted; rows may still stand at it."""
-
-    @step
-    def start(self) -> None:
-        pass
-
-    old = removed_step("old")
-
-    @step
-    def new(self) -> None:
         pass

@@ -1,16 +1,57 @@
-"""Operator actions by id and in bulk: each through the engine's verbs, each recorded."""
+"""Operator actions by id and in bulk: each through the engine's verbs, each recorded.
+
+Every action runs in a savepoint of the caller's transaction: it takes the workflow row lock
+(``queries.lock_workflow``, which also reloads the row, so the state checked is the state
+under the lock), decides with :func:`refusal` whether the state allows it, acts through the
+verbs of ``operations``/``signals`` or the writer, and appends an operator-action row. A
+refusal raises :class:`AdminRefused` and rolls the savepoint back: the database is as before.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
+from .. import operations, outcomes, queries, scheduling, signals, writer
+from ..backends.base import EnqueuedStep, enqueue_after_commit
+from ..config import settings
+from ..errors import (
+    InvalidStateError,
+    PayloadTooLargeError,
+    SerializationError,
+    StepNotDefinedError,
+    WorkflowNotOngoing,
+)
+from ..models import StepExecution
+from ..outcomes import Next
+from ..queries import admin as q
+from ..states import ExecutionState, WorkflowState
+from .errors import AdminInputError, AdminNotFound, AdminRefused
 from .filters import WorkflowFilter
+from .find import find
+
+if TYPE_CHECKING:
+    from ..workflow import Workflow
 
 ACTIONS = ("pause", "resume", "skip", "cancel", "retry", "resume_at", "signal")
+MAX_ACTOR = 255
+
+_READY, _PERFORMING, _PAUSED = WorkflowState.READY, WorkflowState.PERFORMING, WorkflowState.PAUSED
+# Which workflow states each action accepts, and how to say it.
+ALLOWED: dict[str, tuple[frozenset[str], str]] = {
+    "pause": (frozenset({_READY, _PERFORMING}), "ready or performing"),
+    "resume": (frozenset({_PAUSED}), "paused"),
+    "skip": (frozenset({_READY, _PAUSED}), "ready or paused (pause a performing one first)"),
+    "cancel": (frozenset({_READY, _PERFORMING, _PAUSED}), "ready, performing or paused"),
+    "retry": (frozenset({_READY, _PAUSED}), "ready with a scheduled step, or paused"),
+    "resume_at": (frozenset({_READY, _PAUSED}), "ready or paused (pause a performing one first)"),
+    "signal": (frozenset({_READY, _PERFORMING, _PAUSED}), "ongoing (ready, performing, paused)"),
+}
 
 
 @dataclass(frozen=True)
@@ -30,42 +71,96 @@ class BulkResult:
     dry_run: bool = False
 
 
+# -- the decision ----------------------------------------------------------------------------
+
+
+def refusal(
+    action: str,
+    label: str,
+    state: str,
+    current: tuple[str, str | None] | None,
+) -> str | None:
+    """Why ``action`` cannot be done to this workflow, or None if it can (pure).
+
+    ``label``: ``"<Class> id=<id>"``; ``current``: (state, awaited signal) of its scheduled,
+    waiting or running execution, if it has one.
+    """
+    allowed, wording = ALLOWED[action]
+    if state not in allowed:
+        return (
+            f"{label}: cannot {action} a {state} workflow; {action} needs it to be {wording}"
+            f"{_HINTS.get((action, state), '')}"
+        )
+    if action == "retry" and state == _READY:
+        if current is None or current[0] == ExecutionState.IN_PROGRESS:
+            return f"{label}: cannot retry: no step is scheduled (nothing to make due)"
+        if current[0] == ExecutionState.WAITING:
+            awaited = f"signal {current[1]!r}" if current[1] else "a signal"
+            return (
+                f"{label}: cannot retry a step that waits for {awaited}; send it with "
+                "signal, or skip the step"
+            )
+    return None
+
+
+_HINTS: dict[tuple[str, str], str] = {
+    ("pause", _PAUSED): " (it is paused already; resume it to continue)",
+    ("resume", _READY): " (it is not paused; nothing to resume)",
+    ("resume", _PERFORMING): " (a step is running; nothing to resume)",
+    ("retry", _PERFORMING): " (its step is running right now)",
+}
+
+
+# -- by id -----------------------------------------------------------------------------------
+
+
 def pause(
     session: Session, workflow_id: int, *, actor: str, reason: str | None = None
 ) -> ActionResult:
-    raise NotImplementedError
+    return _act(session, workflow_id, "pause", actor, reason, _verb(operations.pause_workflow))
 
 
 def resume(
     session: Session, workflow_id: int, *, actor: str, reason: str | None = None
 ) -> ActionResult:
-    raise NotImplementedError
+    return _act(session, workflow_id, "resume", actor, reason, _resume)
 
 
 def skip(
     session: Session, workflow_id: int, *, actor: str, reason: str | None = None
 ) -> ActionResult:
-    raise NotImplementedError
+    return _act(session, workflow_id, "skip", actor, reason, _verb(operations.skip_workflow))
 
 
 def cancel(
     session: Session, workflow_id: int, *, actor: str, reason: str | None = None
 ) -> ActionResult:
-    raise NotImplementedError
+    return _act(session, workflow_id, "cancel", actor, reason, _verb(operations.cancel_workflow))
 
 
 def retry(
     session: Session, workflow_id: int, *, actor: str, reason: str | None = None
 ) -> ActionResult:
     """Make the scheduled step (or a paused workflow's step) due now."""
-    raise NotImplementedError
+    return _act(session, workflow_id, "retry", actor, reason, _retry)
 
 
 def resume_at(
     session: Session, workflow_id: int, step: str, *, actor: str, reason: str | None = None
 ) -> ActionResult:
-    """Continue a paused or ready workflow at the named step."""
-    raise NotImplementedError
+    """Continue a paused or ready workflow at the named step, due now.
+
+    The step it stood at ends ``skipped`` (a waiting one's timer is disarmed); a paused
+    workflow's claimed signal is settled as a skip settles it. The way out when a deploy
+    removed or renamed the step a workflow stands at.
+    """
+    if not isinstance(step, str) or not step:
+        raise AdminInputError(f"resume_at(step={step!r}): expected a step name")
+
+    def act(session: Session, workflow: Workflow, now: datetime) -> tuple[str, int | None]:
+        return _resume_at(session, workflow, step, now)
+
+    return _act(session, workflow_id, "resume_at", actor, reason, act, {"step": step})
 
 
 def signal(
@@ -78,7 +173,177 @@ def signal(
     actor: str,
     reason: str | None = None,
 ) -> ActionResult:
-    raise NotImplementedError
+    """Deliver signal ``name`` as the application would (``Workflow.signal``)."""
+
+    def act(session: Session, workflow: Workflow, now: datetime) -> tuple[str, int | None]:
+        try:
+            delivered = signals.deliver_signal(workflow, name, payload=payload, idempotency_key=key)
+        except (ValueError, SerializationError, PayloadTooLargeError) as error:
+            raise AdminInputError(str(error)) from None
+        if delivered.duplicate_delivery:
+            return f"duplicate of signal id={delivered.id} (key {key!r}); nothing changed", None
+        current = queries.current_execution(session, workflow.id)
+        woke = current is not None and current.signal_id == delivered.id
+        return (
+            f"signal {name!r} delivered (id={delivered.id}){'; woke its step' if woke else ''}",
+            (current.id if woke and current is not None else None),
+        )
+
+    return _act(session, workflow_id, "signal", actor, reason, act, {"signal": name, "key": key})
+
+
+Act = Callable[[Session, "Workflow", datetime], tuple[str, int | None]]
+
+
+def _act(
+    session: Session,
+    workflow_id: int,
+    action: str,
+    actor: str,
+    reason: str | None,
+    act: Act,
+    args: dict[str, Any] | None = None,
+) -> ActionResult:
+    _check_actor(actor, reason)
+    with session.begin_nested():  # a refusal rolls back this action and nothing else
+        workflow = queries.lock_workflow(session, workflow_id)
+        if workflow is None:
+            raise AdminNotFound(f"no workflow with id={workflow_id}; nothing to {action}")
+        before = workflow.state
+        label = f"{workflow.type} id={workflow.id}"
+        current = _current(session, workflow, action)
+        why = refusal(action, label, before, current)
+        if why is not None:
+            raise AdminRefused(why)
+        now = settings().clock.now()
+        try:
+            detail, execution_id = act(session, workflow, now)
+        except (InvalidStateError, StepNotDefinedError, WorkflowNotOngoing) as error:
+            # The verb re-checked under the lock and refused (or the step is gone).
+            raise AdminRefused(f"{label}: {action} refused: {error}") from error
+        session.flush()
+        after = workflow.state
+        q.record_action(
+            session,
+            {
+                "workflow_id": workflow.id,
+                "execution_id": execution_id,
+                "action": action,
+                "actor": actor,
+                "reason": reason,
+                "at": now,
+                "detail": {"state_before": before, "state_after": after, "detail": detail}
+                | ({k: v for k, v in args.items() if v is not None} if args else {}),
+            },
+        )
+    return ActionResult(workflow_id, action, before, after, detail)
+
+
+def _current(session: Session, workflow: Workflow, action: str) -> tuple[str, str | None] | None:
+    if action != "retry":  # the only decision that looks at the execution
+        return None
+    current = queries.current_execution(session, workflow.id)
+    return None if current is None else (current.state, current.awaiting_signal)
+
+
+def _check_actor(actor: str, reason: str | None) -> None:
+    if not isinstance(actor, str) or not actor.strip() or len(actor) > MAX_ACTOR:
+        raise AdminInputError(
+            f"actor={actor!r}: expected who acts, a non-blank str of at most {MAX_ACTOR} "
+            "characters (the CLI uses the OS user)"
+        )
+    if reason is not None and not isinstance(reason, str):
+        raise AdminInputError(f"reason={reason!r}: expected a str or None")
+
+
+def _verb(verb: Callable[[Workflow], Any]) -> Act:
+    def act(session: Session, workflow: Workflow, now: datetime) -> tuple[str, int | None]:
+        before = workflow.state
+        verb(workflow)
+        current = queries.current_execution(session, workflow.id)
+        step = workflow.next_step_name
+        detail = f"{before} → {workflow.state}" + (f" (at step {step!r})" if step else "")
+        return detail, None if current is None else current.id
+
+    return act
+
+
+def _resume(session: Session, workflow: Workflow, now: datetime) -> tuple[str, int | None]:
+    execution = operations.resume_workflow(workflow)
+    return _continues(execution), None if execution is None else execution.id
+
+
+def _continues(execution: StepExecution | None) -> str:
+    if execution is None:
+        return "resumed"
+    if execution.state == ExecutionState.WAITING:
+        return f"resumed; step {execution.step_name!r} waits for {execution.awaiting_signal!r}"
+    return f"resumed at step {execution.step_name!r}"
+
+
+def _retry(session: Session, workflow: Workflow, now: datetime) -> tuple[str, int | None]:
+    if workflow.state == WorkflowState.PAUSED:
+        execution = operations.resume_workflow(workflow)
+    else:
+        execution = queries.current_execution(session, workflow.id)
+    if execution is None or execution.state != ExecutionState.SCHEDULED:
+        return _continues(execution), None if execution is None else execution.id
+    due = execution.scheduled_for
+    q.make_due(session, execution, now)
+    # Handed to the backend again: its first wake-up carried the old due time (Celery's eta),
+    # or was lost (an overdue row). A duplicate wake-up is harmless.
+    enqueue_after_commit(session, EnqueuedStep.for_execution(workflow, execution))
+    return f"step {execution.step_name!r} due now (was due {due.isoformat()})", execution.id
+
+
+def _resume_at(
+    session: Session, workflow: Workflow, step: str, now: datetime
+) -> tuple[str, int | None]:
+    label = f"{workflow.type} id={workflow.id}"
+    step_def = type(workflow).steps.named(step)
+    if step_def is None or step_def.removed:
+        runnable = ", ".join(d.name for d in type(workflow).steps.runnable() if d.name)
+        raise AdminInputError(
+            f"{label}: resume_at({step!r}): {type(workflow).__name__} has no such step"
+            f"{' (it is a removed_step)' if step_def is not None else ''}; use one of: "
+            f"{runnable or 'none (is the workflow class imported?)'}"
+        )
+    current = queries.current_execution(session, workflow.id)
+    if current is not None and current.step_name == step:
+        if workflow.state == WorkflowState.PAUSED:
+            return _resume(session, workflow, now)
+        if current.state == ExecutionState.SCHEDULED:
+            return _retry(session, workflow, now)
+        raise AdminRefused(
+            f"{label}: cannot resume_at({step!r}): it already stands at that step, waiting "
+            f"for {current.awaiting_signal!r}; send the signal, or skip the step"
+        )
+    if current is not None:
+        # Ends as an operator's skip does, but nothing follows: the named step does.
+        moved = replace(outcomes.for_operator_skip(), next=Next.NOTHING)
+        writer.apply(session, workflow, current, moved, now, guarded=False)
+    else:
+        if workflow.state == WorkflowState.PAUSED:
+            signals.settle_for_skipped_paused(session, workflow)
+        writer.move(workflow, WorkflowState.READY, now, guarded=False)
+        workflow.current_step_name = None
+    execution = scheduling.create_step_execution(session, workflow, step_def, now)
+    left = f"left step {current.step_name!r} (execution {current.id}); " if current else ""
+    return f"{left}step {step!r} due now", execution.id
+
+
+# -- in bulk ---------------------------------------------------------------------------------
+
+_BY_ID: dict[str, Callable[..., ActionResult]] = {
+    "pause": pause,
+    "resume": resume,
+    "skip": skip,
+    "cancel": cancel,
+    "retry": retry,
+    "resume_at": resume_at,
+    "signal": signal,
+}
+_ARGS = {"resume_at": ({"step"}, {"step"}), "signal": ({"name"}, {"name", "payload", "key"})}
 
 
 def bulk(
@@ -92,4 +357,76 @@ def bulk(
     dry_run: bool = False,
     **action_args: Any,
 ) -> BulkResult:
-    raise NotImplementedError
+    """Do ``action`` to every workflow ``where`` selects, oldest first, in batches.
+
+    Each batch is its own transaction (its row locks are held until it commits, so keep
+    batches small where workers are busy); a refused workflow is listed with the reason and
+    the rest go on. ``dry_run``: decide only, from the state read now, and write nothing.
+    """
+    _check_bulk(action, batch_size, action_args)
+    _check_actor(actor, reason)
+    make_session = bind if isinstance(bind, sessionmaker) else sessionmaker(bind)
+    matched, changed, refused = 0, [], []
+    cursor = None
+    while True:
+        with make_session() as session:
+            page = find(session, where, newest_first=False, limit=batch_size, after=cursor)
+            for item in page.items:
+                matched += 1
+                why = _one(session, action, item.id, actor, reason, dry_run, action_args)
+                if why is None:
+                    changed.append(item.id)
+                else:
+                    refused.append((item.id, why))
+            if not dry_run:
+                session.commit()
+        cursor = page.next_cursor
+        if cursor is None:
+            return BulkResult(matched, tuple(changed), tuple(refused), dry_run)
+
+
+def _one(
+    session: Session,
+    action: str,
+    workflow_id: int,
+    actor: str,
+    reason: str | None,
+    dry_run: bool,
+    args: dict[str, Any],
+) -> str | None:
+    """None if the action was done (or would be), else why not."""
+    if dry_run:
+        return _would_refuse(session, action, workflow_id)
+    try:
+        _BY_ID[action](session, workflow_id, actor=actor, reason=reason, **args)
+    except (AdminRefused, AdminNotFound, AdminInputError) as error:
+        return str(error)
+    return None
+
+
+def _would_refuse(session: Session, action: str, workflow_id: int) -> str | None:
+    workflow = session.get(_workflow_model(), workflow_id, populate_existing=True)
+    if workflow is None:
+        return f"no workflow with id={workflow_id} any more"
+    label = f"{workflow.type} id={workflow.id}"
+    return refusal(action, label, workflow.state, _current(session, workflow, action))
+
+
+def _workflow_model() -> type[Workflow]:
+    from ..workflow import Workflow
+
+    return Workflow
+
+
+def _check_bulk(action: str, batch_size: int, args: dict[str, Any]) -> None:
+    if action not in ACTIONS:
+        raise AdminInputError(f"bulk({action!r}): unknown action; use one of {', '.join(ACTIONS)}")
+    if not isinstance(batch_size, int) or not 1 <= batch_size <= 1000:
+        raise AdminInputError(f"bulk(batch_size={batch_size!r}): expected an int from 1 to 1000")
+    required, accepted = _ARGS.get(action, (set(), set()))
+    if not required <= set(args) or not set(args) <= accepted:
+        wanted = ", ".join(sorted(accepted)) or "no arguments"
+        raise AdminInputError(
+            f"bulk({action!r}): got arguments {sorted(args)}; {action} takes {wanted}"
+            f"{' (' + ', '.join(sorted(required)) + ' required)' if required else ''}"
+        )

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from sqlalchemy.orm import Session
+
+from .. import queries
+from ..config import settings
+from ..queries import admin as q
+from ..states import ExecutionState, WorkflowState
 
 
 @dataclass(frozen=True)
@@ -39,4 +44,47 @@ class Stats:
 
 
 def stats(session: Session, *, now: datetime | None = None) -> Stats:
-    raise NotImplementedError
+    """The health of the whole system now, in six index-backed queries.
+
+    Counts by class × state are of the *ongoing* states only (ready, performing, paused):
+    finished and canceled workflows pile up until cleanup, so counting them would grow with
+    the history; the last hour's are given instead (``admin.count`` gives capped totals).
+    """
+    now = now if now is not None else settings().clock.now()
+    hour_ago = now - timedelta(hours=1)
+    ongoing: list[tuple[str, str, int]] = []
+    ended = {WorkflowState.FINISHED: 0, WorkflowState.CANCELED: 0}
+    for state, workflow_type, number in queries.workflow_counts(session, hour_ago):
+        if state in ended:
+            ended[WorkflowState(state)] += number
+        else:
+            ongoing.append((workflow_type, state, number))
+    outcomes: dict[tuple[str, str, str], list[int]] = {}
+    failed = 0
+    for workflow_type, step, state, outcome, recent, total in q.recent_outcomes(
+        session, hour_ago, now - timedelta(minutes=5)
+    ):
+        counts = outcomes.setdefault((workflow_type, step, outcome or ""), [0, 0])
+        counts[0] += int(recent)
+        counts[1] += int(total)
+        if state == ExecutionState.FAILED:
+            failed += int(total)
+    waiting, overdue_waits = q.waiting_totals(session, now)
+    return Stats(
+        at=now,
+        by_class_state=tuple(sorted(ongoing)),
+        overdue=tuple(
+            QueueBacklog(queue, int(number), max(0.0, (now - oldest).total_seconds()))
+            for queue, number, oldest in q.overdue_by_queue(session, now)
+        ),
+        waiting=waiting,
+        overdue_waits=overdue_waits,
+        outcomes=tuple(
+            OutcomeCount(workflow_type, step, outcome, recent, total)
+            for (workflow_type, step, outcome), (recent, total) in sorted(outcomes.items())
+        ),
+        expired_leases=q.expired_lease_count(session, now),
+        finished_last_hour=ended[WorkflowState.FINISHED],
+        canceled_last_hour=ended[WorkflowState.CANCELED],
+        failed_last_hour=failed,
+    )
