@@ -48,7 +48,7 @@ def test_a_read_only_dashboard_shows_no_action_form_and_says_it_is_read_only(cli
     client = client_for()
     for path in (f"/workflows/{scenario.failed}", "/workflows?state=paused"):
         html = client.get(path).text
-        assert "<form method=\"post\"" not in html
+        assert '<form method="post"' not in html
         assert "read-only" in html
 
 
@@ -112,7 +112,9 @@ def test_a_csrf_token_from_another_browser_or_an_unsigned_cookie_is_refused(
 def test_a_bulk_action_needs_the_csrf_token_too(client_for, session, scenario):
     client = client_for(authorize=allow_everything)
     before = snapshot(session)
-    assert client.post("/bulk", data={"action": "cancel", "type": "DashApproval"}).status_code == 403
+    assert (
+        client.post("/bulk", data={"action": "cancel", "type": "DashApproval"}).status_code == 403
+    )
     assert snapshot(session) == before
 
 
@@ -150,12 +152,17 @@ def test_a_bulk_cancel_cancels_exactly_what_the_filter_matches(client_for, sessi
     assert "Cancel all 2…" in listing  # the count is on the button that opens the confirmation
     done = client.post(
         "/bulk",
-        data={"action": "cancel", "state": "ready", "reason": "cleanup", "csrf_token": csrf(client)},
+        data={
+            "action": "cancel",
+            "state": "ready",
+            "reason": "cleanup",
+            "csrf_token": csrf(client),
+        },
     )
     assert done.status_code == 200 and "2 of 2 matching changed" in done.text
     assert seen[-1] == WorkflowFilter(state="ready")
     session.commit()
-    states = dict(session.execute(select(Workflow.id, Workflow.state)).tuples().all())
+    states = {i: state for i, state in session.execute(select(Workflow.id, Workflow.state))}
     assert states[scenario.waiting] == states[scenario.scripted_hero] == "canceled"
     assert states[scenario.failed] == "paused" and states[scenario.finished] == "finished"
 

@@ -217,7 +217,7 @@ def _templates() -> Jinja2Templates:
         pretty_json=fmt.pretty_json,
         number=fmt.number,
     )
-    env.globals.update(age=fmt.age, sparkline=fmt.sparkline)
+    env.globals.update(age=fmt.age)
     return Jinja2Templates(env=env)
 
 

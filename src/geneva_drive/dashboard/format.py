@@ -1,10 +1,9 @@
-"""How values look on the page: times, ages, durations, JSON, a sparkline. Pure functions,
+"""How values look on the page: times, ages, durations, JSON. Pure functions,
 registered as Jinja filters in ``app.py``; their output is escaped like any other value."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -49,14 +48,3 @@ def pretty_json(value: Any) -> str:
 
 def number(value: int) -> str:
     return f"{value:,}"
-
-
-def sparkline(values: Sequence[int], *, width: int = 120, height: int = 24) -> str:
-    """The ``points`` of an SVG polyline over ``values`` (numbers only: safe in an attribute)."""
-    if not values:
-        return ""
-    top = max(max(values), 1)
-    step = width / max(len(values) - 1, 1)
-    return " ".join(
-        f"{i * step:.1f},{height - (v / top) * (height - 2) - 1:.1f}" for i, v in enumerate(values)
-    )
