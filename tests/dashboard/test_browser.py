@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from geneva_drive import Workflow
 from geneva_drive.dashboard import create_app
@@ -177,7 +177,7 @@ def test_an_operator_finds_a_failed_workflow_resumes_it_and_bulk_cancels_the_wai
     shoot(page, db_backend, "workflow-failed")
 
     # Deploy the fix, then resume from the keyboard alone, with a reason.
-    session.execute(Order.__table__.update().where(Order.status == "broken").values(status="ok"))
+    session.execute(update(Order).where(Order.status == "broken").values(status="ok"))
     session.commit()
     page.evaluate("window.__stayed = true")  # gone if the page reloads instead of refreshing
     resume = page.locator("summary:has-text('Resume…')")

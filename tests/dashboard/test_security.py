@@ -9,7 +9,6 @@ import pytest
 from sqlalchemy import select
 
 from geneva_drive import Workflow
-
 from geneva_drive.admin import WorkflowFilter, WorkflowSummary
 from tests.dashboard.apps import ESCAPED, SCRIPT, Scenario, snapshot
 from tests.dashboard.conftest import allow_everything, csrf
@@ -65,7 +64,7 @@ def test_authorize_decides_each_action_on_the_workflow_it_targets(client_for, se
     assert snapshot(session) == before
     assert post_action(client, scenario.waiting, {"action": "pause"}).status_code == 303
     assert snapshot(session) != before
-    action, target = asked[-1]
+    _, target = asked[-1]
     assert isinstance(target, WorkflowSummary) and target.id == scenario.waiting
 
 
