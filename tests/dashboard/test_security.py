@@ -170,7 +170,7 @@ def test_a_bulk_action_without_a_filter_is_refused(client_for, session, scenario
     client = client_for(authorize=allow_everything)
     before = snapshot(session)
     refused = client.post("/bulk", data={"action": "cancel", "csrf_token": csrf(client)})
-    assert refused.status_code == 400 and "needs a filter" in refused.text
+    assert refused.status_code == 400 and "needs at least one filter" in refused.text
     assert snapshot(session) == before
 
 

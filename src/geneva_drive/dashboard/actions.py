@@ -13,6 +13,7 @@ from functools import partial
 from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
@@ -20,7 +21,7 @@ from starlette.routing import BaseRoute, Route
 from .. import admin
 from ..admin import AdminInputError, AdminNotFound, AdminRefused, WorkflowFilter
 from ..engine import engine_for_workers
-from .app import Dashboard, cookie_path, set_flash
+from .app import Dashboard, cookie_path, set_cookie, set_flash
 from .forms import FilterForm, first, parse_body
 from .pages import BULK_ACTIONS
 from .security import AUTH_COOKIE, CSRF_FIELD, csrf_ok
@@ -156,8 +157,8 @@ async def bulk(dash: Dashboard, request: Request) -> Response:
         if filters.empty:
             raise Refused(
                 400,
-                f"a bulk {action} needs a filter; narrow the list first (every workflow "
-                "is never one click away)",
+                f"a bulk {action} needs at least one filter; narrow the list first, so that "
+                "acting on every workflow is never a single click",
             )
         where = filters.to_filter()
         if not await dash.permissions.allows(request, action, where):
@@ -181,9 +182,8 @@ async def bulk(dash: Dashboard, request: Request) -> Response:
 async def _bulk(
     dash: Dashboard, action: str, where: WorkflowFilter, actor: str, form: Form
 ) -> admin.BulkResult:
-    from starlette.concurrency import run_in_threadpool
-
     reason = form.get("reason", "").strip() or None
+    # Each batch is its own transaction, of geneva-drive's own session kind (see Dashboard.write).
     factory = sessionmaker(bind=engine_for_workers(dash.engine), class_=Session)
     return await run_in_threadpool(
         lambda: admin.bulk(factory, action, where, actor=actor, reason=reason)
@@ -204,14 +204,7 @@ async def login(dash: Dashboard, request: Request) -> Response:
         context = {"next": target, "error": "that is not the dashboard's token"}
         return dash.render(request, "login.html", context, status=403)
     response = RedirectResponse(target, status_code=303)
-    response.set_cookie(
-        AUTH_COOKIE,
-        dash.permissions.login.cookie_value(),
-        path=cookie_path(request),
-        httponly=True,
-        samesite="strict",
-        secure=request.url.scheme == "https",
-    )
+    set_cookie(request, response, AUTH_COOKIE, dash.permissions.login.cookie_value())
     return response
 
 

@@ -120,7 +120,7 @@ class Dashboard:
             },
             status_code=status,
         )
-        finish(request, response, self.signer)
+        finish(request, response)
         if flash is not None:
             response.delete_cookie(FLASH_COOKIE, path=cookie_path(request))
         return response
@@ -140,31 +140,30 @@ def cookie_path(request: Request) -> str:
     return str(request.scope.get("root_path", "")).rstrip("/") + "/"
 
 
-def finish(request: Request, response: Response, signer: Signer) -> None:
-    """Set the CSRF cookie if this request made a new token."""
+def set_cookie(request: Request, response: Response, name: str, value: str) -> None:
+    """A cookie of this dashboard: its own path, never read by scripts, not sent cross-site
+    with a POST (SameSite=Lax keeps it on links into the dashboard)."""
+    response.set_cookie(
+        name,
+        value,
+        path=cookie_path(request),
+        httponly=True,
+        samesite="lax",
+        secure=request.url.scheme == "https",
+    )
+
+
+def finish(request: Request, response: Response) -> None:
+    """Set the CSRF cookie if this request made a new token (the page's forms carry it)."""
     token = getattr(request.state, "new_csrf", None)
     if token is not None:
-        response.set_cookie(
-            CSRF_COOKIE,
-            token,
-            path=cookie_path(request),
-            httponly=True,  # the page carries the token in its forms; scripts never need it
-            samesite="strict",
-            secure=request.url.scheme == "https",
-        )
+        set_cookie(request, response, CSRF_COOKIE, token)
 
 
 def set_flash(request: Request, response: Response, signer: Signer, kind: str, text: str) -> None:
     """A one-time message for the next page (signed, so a link cannot forge one)."""
     data = base64.urlsafe_b64encode(json.dumps([kind, text[:500]]).encode()).decode()
-    response.set_cookie(
-        FLASH_COOKIE,
-        f"{data}.{signer.sign('flash:' + data)}",
-        path=cookie_path(request),
-        httponly=True,
-        samesite="strict",
-        secure=request.url.scheme == "https",
-    )
+    set_cookie(request, response, FLASH_COOKIE, f"{data}.{signer.sign('flash:' + data)}")
 
 
 def read_flash(request: Request, signer: Signer) -> tuple[str, str] | None:
