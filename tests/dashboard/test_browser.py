@@ -213,6 +213,7 @@ def test_an_operator_finds_a_failed_workflow_resumes_it_and_bulk_cancels_the_wai
     # Bulk-cancel every waiting approval, with the count on the confirmation.
     page.goto(f"{base}/workflows?type=DashApproval&state=ready")
     expect(page.locator("[data-count]")).to_contain_text("4 matching")
+    page.click("summary:has-text('Act on all 4 matching')")
     page.click("summary:has-text('Cancel all 4')")
     page.fill("form:has(input[value=cancel]) input[name=reason]", "campaign over")
     page.click("button:has-text('Yes, cancel all 4 matching workflows')")
