@@ -7,7 +7,6 @@ from datetime import datetime, timedelta
 
 from sqlalchemy.orm import Session
 
-from .. import queries
 from ..config import settings
 from ..queries import admin as q
 from ..states import ExecutionState, WorkflowState
@@ -54,7 +53,7 @@ def stats(session: Session, *, now: datetime | None = None) -> Stats:
     hour_ago = now - timedelta(hours=1)
     ongoing: list[tuple[str, str, int]] = []
     ended = {WorkflowState.FINISHED: 0, WorkflowState.CANCELED: 0}
-    for state, workflow_type, number in queries.workflow_counts(session, hour_ago):
+    for workflow_type, state, number in q.workflow_counts(session, hour_ago):
         if state in ended:
             ended[WorkflowState(state)] += number
         else:

@@ -22,10 +22,12 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
+    String,
     and_,
     case,
     exists,
     func,
+    literal_column,
     or_,
     select,
 )
@@ -125,7 +127,13 @@ def conditions(where: WorkflowFilter) -> list[Any]:
         if before is not None:
             clauses.append(column < before)
     if where.has_failed_execution is True:
-        clauses.append(t.c.id.in_(select(StepExecution.workflow_id).where(_failed())))
+        # "error_class_name IS NOT NULL" (every failure records its error) makes this a range
+        # of the partial failed index, which SQLite, with no statistics, would otherwise pass
+        # over for a scan of the whole (workflow_id, state) index.
+        failed = select(StepExecution.workflow_id).where(
+            _failed(), StepExecution.error_class_name.is_not(None)
+        )
+        clauses.append(t.c.id.in_(failed))
     elif where.has_failed_execution is False:
         clauses.append(~exists().where(StepExecution.workflow_id == t.c.id, _failed()))
     if where.ids is not None:
@@ -277,21 +285,53 @@ def overdue_by_queue(session: Session, now: datetime) -> Sequence[Any]:
     """(queue, count, oldest due time) of scheduled rows past due, paused workflows aside.
 
     A range of the partial "due" index (scheduled rows only); a paused workflow's scheduled
-    row waits for resume() on purpose, so it is no backlog (one primary-key probe each).
+    row waits for resume() on purpose, so it is no backlog. That is a primary-key probe per
+    row (a correlated NOT EXISTS), never a join the planner could turn into a scan of every
+    workflow when its generic plan overestimates the overdue rows.
     """
     wf = _table()
+    paused = exists().where(wf.c.id == StepExecution.workflow_id, _workflow_in(wf, _PAUSED))
     stmt = (
         select(StepExecution.queue, func.count(), func.min(StepExecution.scheduled_for))
-        .join(wf, wf.c.id == StepExecution.workflow_id)
         .where(
             in_state(StepExecution.state, ExecutionState.SCHEDULED),
             StepExecution.scheduled_for < now,
-            wf.c.state != WorkflowState.PAUSED,
+            ~paused,
         )
         .group_by(StepExecution.queue)
         .order_by(StepExecution.queue)
     )
     return session.execute(stmt).all()
+
+
+_PAUSED = (WorkflowState.PAUSED,)
+_ONGOING = (WorkflowState.READY, WorkflowState.PERFORMING, WorkflowState.PAUSED)
+_ENDED = (WorkflowState.FINISHED, WorkflowState.CANCELED)
+
+
+def _workflow_in(wf: Any, states: tuple[WorkflowState, ...]) -> Any:
+    """``state IN ('ready', …)`` with the states as literals, as ``in_state`` does for
+    executions: a generic plan then still knows how few rows they are (a parameter looks
+    like a third of the table, and the ongoing counts became a scan of every workflow)."""
+    literals = [literal_column(f"'{WorkflowState(s).value}'", String) for s in states]
+    return wf.c.state == literals[0] if len(literals) == 1 else wf.c.state.in_(literals)
+
+
+def workflow_counts(session: Session, ended_since: datetime) -> Sequence[Any]:
+    """(type, state, count) of every ongoing workflow, and of those ended since ``ended_since``.
+
+    Both halves are ranges of ``(state, transitioned_at)``: the ongoing states a prefix, the
+    ended ones bounded by time; the cost follows the work in flight and the last hour.
+    """
+    wf = _table()
+    columns = (wf.c.type, wf.c.state, func.count())
+    ongoing = select(*columns).where(_workflow_in(wf, _ONGOING)).group_by(wf.c.type, wf.c.state)
+    ended = (
+        select(*columns)
+        .where(_workflow_in(wf, _ENDED), wf.c.transitioned_at >= ended_since)
+        .group_by(wf.c.type, wf.c.state)
+    )
+    return session.execute(ongoing.union_all(ended)).all()
 
 
 def waiting_totals(session: Session, now: datetime) -> tuple[int, int]:
@@ -317,22 +357,29 @@ def recent_outcomes(session: Session, since: datetime, recent: datetime) -> Sequ
     """(type, step, state, outcome, since ``recent``, since ``since``) of ended executions.
 
     A range of the ``finished_at`` index: the cost follows the throughput of the last hour,
-    not the history. Each row's workflow type is a primary-key probe.
+    not the history. Each row's workflow type is a primary-key probe (a correlated
+    sub-query, as in ``housekeeping.waiting_counts``): joined instead, a generic plan that
+    overestimates the hour's rows hashed every workflow of the table.
     """
     wf = _table()
-    in_recent = func.sum(case((StepExecution.finished_at >= recent, 1), else_=0))
-    stmt = (
+    type_ = select(wf.c.type).where(wf.c.id == StepExecution.workflow_id).scalar_subquery()
+    ended = (
         select(
-            wf.c.type,
+            type_.label("workflow_type"),
             StepExecution.step_name,
             StepExecution.state,
             StepExecution.outcome,
-            in_recent,
-            func.count(),
+            StepExecution.finished_at,
         )
-        .join(wf, wf.c.id == StepExecution.workflow_id)
         .where(StepExecution.finished_at >= since)
-        .group_by(wf.c.type, StepExecution.step_name, StepExecution.state, StepExecution.outcome)
-        .order_by(wf.c.type, StepExecution.step_name, StepExecution.outcome)
+        .subquery()
     )
+    stmt = select(
+        ended.c.workflow_type,
+        ended.c.step_name,
+        ended.c.state,
+        ended.c.outcome,
+        func.sum(case((ended.c.finished_at >= recent, 1), else_=0)),
+        func.count(),
+    ).group_by(ended.c.workflow_type, ended.c.step_name, ended.c.state, ended.c.outcome)
     return session.execute(stmt).all()
