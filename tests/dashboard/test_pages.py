@@ -181,3 +181,21 @@ def test_the_app_works_mounted_under_a_prefix(gd, scenario):
             follow_redirects=False,
         )
         assert paused.headers["location"] == f"/ops/workflows/workflows/{scenario.waiting}"
+
+
+def test_the_time_filters_narrow_by_creation_and_by_the_last_transition(
+    client_for, clock, session, scenario
+):
+    from datetime import timedelta
+
+    later = clock.now() + timedelta(minutes=5)
+    clock.advance(timedelta(minutes=10))
+    speedrun(DashOrderFlow.create(session, hero=Order(status="ok")))
+    session.commit()
+    client = client_for()
+    created = client.get("/workflows", params={"created_after": later.isoformat()}).text
+    assert len(ids_listed(created)) == 1
+    changed = client.get(
+        "/workflows", params={"changed_before": later.isoformat(), "state": "finished"}
+    ).text
+    assert ids_listed(changed) == [scenario.finished]

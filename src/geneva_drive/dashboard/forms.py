@@ -32,6 +32,8 @@ class FilterForm:
     signal: str = ""
     created_after: str = ""
     created_before: str = ""
+    changed_after: str = ""  # transitioned_at: when it finished, was canceled or paused
+    changed_before: str = ""
     failed: str = ""  # "", "yes" or "no"
 
     @classmethod
@@ -88,6 +90,8 @@ class FilterForm:
             awaiting_signal=self.signal or None,
             created_after=_moment("created_after", self.created_after),
             created_before=_moment("created_before", self.created_before),
+            transitioned_after=_moment("changed_after", self.changed_after),
+            transitioned_before=_moment("changed_before", self.changed_before),
             has_failed_execution={"": None, "yes": True, "no": False}[self.failed],
         )
 
