@@ -285,6 +285,12 @@ def demo(
 # list, show, the verbs, stats and check: commands of this app, defined in ops_cli.py.
 from . import ops_cli as _ops_cli  # noqa: E402, F401 - after `app` and the options it reuses
 
+# The dashboard's command lives in its package (it imports Starlette only when it runs).
+from .dashboard.command import dashboard as _dashboard  # noqa: E402
+
+app.command()(_dashboard)
+
+
 # -- errors: one line each -------------------------------------------------------------------
 
 

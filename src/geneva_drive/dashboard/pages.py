@@ -1,0 +1,164 @@
+"""The pages: overview, workflows, workflow, waiting. Each GET reads; none writes.
+
+Each page makes only bounded admin calls — a keyset page (never OFFSET), a count with a cap,
+one workflow's timeline, the index-backed stats — so it costs the same at a thousand workflows
+as at millions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from functools import partial
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from .. import admin
+from ..admin import AdminInputError, AdminNotFound, WorkflowFilter
+from ..states import WorkflowState
+from .app import Dashboard
+from .forms import STATES, FilterForm
+
+# The actions the workflow page offers in each state; the admin API has the last word (it
+# refuses what the state no longer allows by the time the form is sent).
+ACTIONS_BY_STATE: dict[str, tuple[str, ...]] = {
+    WorkflowState.READY: ("pause", "retry", "skip", "cancel", "resume_at", "signal"),
+    WorkflowState.PERFORMING: ("pause", "cancel", "signal"),
+    WorkflowState.PAUSED: ("resume", "retry", "skip", "cancel", "resume_at", "signal"),
+}
+BULK_ACTIONS = ("pause", "resume", "retry", "skip", "cancel")
+ANY_SIGNAL = "*"  # awaiting_signal: waits for any signal (see the waiting page)
+
+
+def routes(dash: Dashboard) -> list[BaseRoute]:
+    return [
+        Route("/", partial(overview, dash), name="overview"),
+        Route("/workflows", partial(workflows, dash), name="workflows"),
+        Route("/workflows/{workflow_id:int}", partial(workflow, dash), name="workflow"),
+        Route("/waiting", partial(waiting, dash), name="waiting"),
+    ]
+
+
+async def overview(dash: Dashboard, request: Request) -> Response:
+    stats = await dash.read(lambda s: admin.stats(s, now=dash.clock.now()))
+    classes: dict[str, dict[str, int]] = {}
+    for workflow_type, state, n in stats.by_class_state:
+        classes.setdefault(workflow_type, {})[state] = n
+    return dash.render(
+        request,
+        "overview.html",
+        {
+            "stats": stats,
+            "classes": sorted(classes.items()),
+            "ongoing_states": [s for s in STATES if s not in ("finished", "canceled")],
+            "outcomes": _outcome_totals(stats.outcomes),
+            "live": True,
+        },
+    )
+
+
+def _outcome_totals(counts: tuple[admin.OutcomeCount, ...]) -> list[tuple[str, int, int]]:
+    """(outcome, last 5 min, last 60 min), summed over classes and steps, busiest first."""
+    totals: dict[str, list[int]] = {}
+    for c in counts:
+        pair = totals.setdefault(c.outcome, [0, 0])
+        pair[0] += c.last_5m
+        pair[1] += c.last_60m
+    return sorted(((o, a, b) for o, (a, b) in totals.items()), key=lambda t: (-t[2], t[0]))
+
+
+async def workflows(dash: Dashboard, request: Request) -> Response:
+    form = FilterForm.from_items(request.query_params.multi_items())
+    after = request.query_params.get("after") or None
+    oldest_first = request.query_params.get("order") == "oldest"
+    try:
+        where = form.to_filter()
+        page, matching = await dash.read(
+            lambda s: (
+                admin.find(
+                    s, where, newest_first=not oldest_first, limit=dash.page_size, after=after
+                ),
+                admin.count(s, where, cap=dash.count_cap),
+            )
+        )
+    except AdminInputError as error:
+        return dash.render(
+            request, "workflows.html", _listing(form, oldest_first, error=str(error)), status=400
+        )
+    bulk = [a for a in BULK_ACTIONS if await dash.permissions.allows(request, a, where)]
+    context = _listing(form, oldest_first, page=page, matching=matching, after=after)
+    return dash.render(request, "workflows.html", {**context, "bulk_actions": bulk})
+
+
+def _listing(form: FilterForm, oldest_first: bool, **context: Any) -> dict[str, Any]:
+    return {
+        "form": form,
+        "states": STATES,
+        "order": "oldest" if oldest_first else "newest",
+        "page": None,
+        "matching": None,
+        "after": None,
+        "error": None,
+        "bulk_actions": [],
+        **context,
+    }
+
+
+@dataclass(frozen=True)
+class Event:
+    """One line of the timeline: an execution or an operator action, in time order."""
+
+    at: datetime
+    kind: str  # "execution" | "action"
+    entry: Any
+
+
+async def workflow(dash: Dashboard, request: Request) -> Response:
+    workflow_id: int = request.path_params["workflow_id"]
+    try:
+        timeline = await dash.read(lambda s: admin.show(s, workflow_id))
+    except AdminNotFound as error:
+        return dash.error(request, 404, str(error), back=dash.url(request, "workflows"))
+    summary = timeline.workflow
+    allowed = [
+        a
+        for a in ACTIONS_BY_STATE.get(summary.state, ())
+        if await dash.permissions.allows(request, a, summary)
+    ]
+    return dash.render(
+        request,
+        "workflow.html",
+        {
+            "t": timeline,
+            "wf": summary,
+            "events": timeline_events(timeline),
+            "actions": allowed,
+            "live": summary.state not in ("finished", "canceled"),
+        },
+    )
+
+
+def timeline_events(timeline: admin.Timeline) -> list[Event]:
+    events = [Event(e.started_at or e.scheduled_for, "execution", e) for e in timeline.executions]
+    events += [Event(a.at, "action", a) for a in timeline.actions]
+    return sorted(events, key=lambda e: (e.at, e.kind == "execution"))
+
+
+async def waiting(dash: Dashboard, request: Request) -> Response:
+    signal = request.query_params.get("signal", "").strip()
+    after = request.query_params.get("after") or None
+    where = WorkflowFilter(awaiting_signal=signal or ANY_SIGNAL)
+    try:
+        page = await dash.read(
+            lambda s: admin.find(s, where, newest_first=False, limit=dash.page_size, after=after)
+        )
+    except AdminInputError as error:
+        return dash.error(request, 400, str(error), back=dash.url(request, "waiting"))
+    return dash.render(
+        request,
+        "waiting.html",
+        {"page": page, "signal": signal, "after": after, "live": after is None},
+    )

@@ -1,0 +1,231 @@
+"""The dashboard in a real browser (headless Chromium through Playwright), against a real
+worker and database: an operator's morning, each effect checked in the database.
+
+Debian's ``chromium`` is used (``GD_CHROMIUM`` names another binary); Playwright never
+downloads a browser. Without one the tests skip, loudly; under CI=true they fail instead.
+Screenshots of every page land in tests/dashboard/artifacts/ (not committed).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import select, update
+
+from geneva_drive import Workflow
+from geneva_drive.dashboard import create_app
+from geneva_drive.testing import perform_next_step
+from geneva_drive.worker import Worker
+from tests.conftest import _in_ci
+from tests.dashboard.apps import DashApproval, Scenario
+from tests.dashboard.conftest import allow_everything
+from tests.support.app import Order
+
+ARTIFACTS = Path(__file__).parent / "artifacts"
+DEADLINE = 60.0
+
+
+@pytest.fixture(scope="session")
+def chromium() -> Iterator[Any]:
+    executable = os.environ.get("GD_CHROMIUM") or shutil.which("chromium")
+    try:
+        from playwright.sync_api import sync_playwright
+
+        driver = sync_playwright().start()
+    except Exception as error:
+        _no_browser(f"Playwright did not start: {error}")
+    try:
+        if executable is None:
+            raise FileNotFoundError("no chromium on PATH (apt-get install chromium)")
+        browser = driver.chromium.launch(executable_path=executable, headless=True)
+    except Exception as error:
+        driver.stop()
+        _no_browser(f"headless Chromium ({executable}) did not start: {error}")
+    yield browser
+    browser.close()
+    driver.stop()
+
+
+def _no_browser(reason: str) -> None:
+    if _in_ci():
+        pytest.fail(f"CI=true and the browser tests cannot run: {reason}", pytrace=False)
+    pytest.skip(f"BROWSER TESTS SKIPPED: {reason}")
+
+
+@pytest.fixture
+def serve() -> Iterator[Callable[[Any], str]]:
+    """``serve(app)`` runs it with uvicorn on a free loopback port; returns its base URL."""
+    import uvicorn
+
+    servers: list[tuple[Any, threading.Thread]] = []
+
+    def start(app: Any) -> str:
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+        thread.start()
+        servers.append((server, thread))
+        wait_until(lambda: server.started, "the dashboard server to start")
+        return f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+    yield start
+    for server, thread in servers:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+@pytest.fixture
+def worker(gd: Any) -> Iterator[Callable[[], None]]:
+    """``start()`` runs a real database worker in a thread until the test ends."""
+    stop = threading.Event()
+    threads: list[threading.Thread] = []
+
+    def start() -> None:
+        running = Worker(config=gd, concurrency=1, poll_interval=0.05)
+        thread = threading.Thread(
+            target=running.run, kwargs={"until": stop.is_set, "install_signals": False}
+        )
+        thread.start()
+        threads.append(thread)
+
+    yield start
+    stop.set()
+    for thread in threads:
+        thread.join(timeout=30)
+        assert not thread.is_alive(), "the worker did not stop"
+
+
+def wait_until(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + DEADLINE
+    while not condition():
+        assert time.monotonic() < deadline, f"gave up waiting for {what}"
+        time.sleep(0.02)  # polling a condition with a deadline
+
+
+def state_in_db(gd: Any, workflow_id: int) -> str:
+    with gd.session_factory()() as s:
+        return str(s.execute(select(Workflow.state).where(Workflow.id == workflow_id)).scalar())
+
+
+def shoot(page: Any, db_backend: str, name: str) -> None:
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"{db_backend}-{name}.png"), full_page=True)
+
+
+def not_pwned(page: Any) -> None:
+    assert page.evaluate("window.__pwned") is None, f"a stored script ran on {page.url}"
+
+
+def test_an_operator_finds_a_failed_workflow_resumes_it_and_bulk_cancels_the_waiting_ones(
+    chromium, serve, worker, gd, session, scenario: Scenario, db_backend
+):
+    from playwright.sync_api import expect
+
+    more = [DashApproval.create(session, hero=Order(status="new")) for _ in range(3)]
+    session.commit()
+    for wf in more:
+        perform_next_step(wf)
+    base = serve(
+        create_app(
+            engine=gd.engine,
+            authorize=allow_everything,
+            actor=lambda request: "browser-test",
+            clock=gd.clock,
+            refresh_seconds=0.3,
+        )
+    )
+    page = chromium.new_page(viewport={"width": 1100, "height": 900})
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+
+    # The overview: counts per class, the last hour.
+    page.goto(base + "/")
+    expect(page.locator("h1")).to_have_text("Overview")
+    expect(page.locator('[data-stat="waiting"]')).to_have_text("5")
+    not_pwned(page)
+    shoot(page, db_backend, "overview")
+
+    # Filter down to the paused workflows, from the list page's form.
+    page.click("text=Workflows")
+    page.click("summary:has-text('More filters')")
+    page.check("input[name=state][value=paused]")
+    page.click("button:has-text('Apply filters')")
+    rows = page.locator("tr[data-workflow-id]")
+    expect(rows).to_have_count(1)
+    expect(rows.first).to_have_attribute("data-workflow-id", str(scenario.failed))
+    not_pwned(page)
+    shoot(page, db_backend, "workflows")
+
+    # Open it and read the backtrace, collapsed until asked for.
+    rows.first.locator("a").first.click()
+    backtrace = page.locator("[data-backtrace]").first
+    expect(backtrace).to_be_hidden()
+    page.click("summary:has-text('Backtrace')")
+    expect(backtrace).to_be_visible()
+    expect(backtrace).to_contain_text("CardDeclined")
+    expect(page.locator(".error-line").first).to_contain_text("<script>window.__pwned = 1")
+    not_pwned(page)
+    shoot(page, db_backend, "workflow-failed")
+
+    # Deploy the fix, then resume from the keyboard alone, with a reason.
+    session.execute(update(Order).where(Order.status == "broken").values(status="ok"))
+    session.commit()
+    page.evaluate("window.__stayed = true")  # gone if the page reloads instead of refreshing
+    resume = page.locator("summary:has-text('Resume…')")
+    resume.focus()
+    page.keyboard.press("Enter")
+    reason = page.locator("form:has(input[value=resume]) input[name=reason]")
+    reason.focus()
+    page.keyboard.type("card gateway fixed")
+    page.keyboard.press("Enter")
+    expect(page.locator(".flash")).to_contain_text("resume: paused → ready")
+    assert state_in_db(gd, scenario.failed) == "ready"
+    expect(page.locator("[data-actor]").last).to_have_text("browser-test")
+    expect(page.locator("[data-reason]").last).to_contain_text("card gateway fixed")
+
+    # The worker finishes it; the open page follows without a reload.
+    page.evaluate("window.__stayed = true")
+    worker()
+    wait_until(lambda: state_in_db(gd, scenario.failed) == "finished", "the resumed workflow")
+    expect(page.locator("h1 [data-state]")).to_have_text("finished", timeout=DEADLINE * 1000)
+    assert page.evaluate("window.__stayed") is True
+    shoot(page, db_backend, "workflow-finished")
+
+    # A waiting workflow with a <script> in a signal payload: shown, never run.
+    page.goto(f"{base}/workflows/{scenario.waiting}")
+    expect(page.locator("[data-payload]").first).to_contain_text("<script>")
+    not_pwned(page)
+    shoot(page, db_backend, "workflow-waiting")
+    page.goto(f"{base}/waiting")
+    expect(page.locator("tr[data-workflow-id]")).to_have_count(5)
+    not_pwned(page)
+    shoot(page, db_backend, "waiting")
+
+    # Bulk-cancel every waiting approval, with the count on the confirmation.
+    page.goto(f"{base}/workflows?type=DashApproval&state=ready")
+    expect(page.locator("[data-count]")).to_contain_text("4 matching")
+    page.click("summary:has-text('Act on all 4 matching')")
+    page.click("summary:has-text('Cancel all 4')")
+    page.fill("form:has(input[value=cancel]) input[name=reason]", "campaign over")
+    page.click("button:has-text('Yes, cancel all 4 matching workflows')")
+    expect(page.locator(".flash")).to_contain_text("4 of 4 matching changed")
+    approvals = [scenario.waiting, *(wf.id for wf in more)]
+    assert {state_in_db(gd, i) for i in approvals} == {"canceled"}
+    assert state_in_db(gd, scenario.scripted_hero) == "ready"  # not matched, not touched
+
+    # Narrow screens: nothing wider than the viewport.
+    page.set_viewport_size({"width": 360, "height": 800})
+    page.goto(f"{base}/workflows/{scenario.failed}")
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")
+    shoot(page, db_backend, "workflow-narrow")
+    assert errors == []
+    page.close()
