@@ -33,7 +33,7 @@ class WorkflowFilter:
     hero_id: str | None = None
     current_step: str | None = None  # the step it stands at (current or next step name)
     error_class: str | None = None  # error_class_name of its latest failed execution
-    awaiting_signal: str | None = None  # the signal its waiting execution waits for
+    awaiting_signal: str | None = None  # the signal its waiting execution waits for; "*": any
     created_after: datetime | None = None
     created_before: datetime | None = None
     transitioned_after: datetime | None = None

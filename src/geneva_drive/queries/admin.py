@@ -55,6 +55,9 @@ WORKFLOW_COLUMNS = (
 )
 
 
+ANY_SIGNAL = "*"  # WorkflowFilter(awaiting_signal="*"): waiting for any signal
+
+
 def _table() -> Any:
     return workflow_model().__table__
 
@@ -118,9 +121,14 @@ def conditions(where: WorkflowFilter) -> list[Any]:
     if where.error_class is not None:
         clauses.append(t.c.id.in_(_latest_failed_with(where.error_class)))
     if where.awaiting_signal is not None:
+        # "*": waiting for any signal (the dashboard's waiting page).
         waiting = select(StepExecution.workflow_id).where(
             in_state(StepExecution.state, ExecutionState.WAITING),
-            StepExecution.awaiting_signal == where.awaiting_signal,
+            *(
+                []
+                if where.awaiting_signal == ANY_SIGNAL
+                else [StepExecution.awaiting_signal == where.awaiting_signal]
+            ),
         )
         clauses.append(t.c.id.in_(waiting))
     for column, after, before in (
