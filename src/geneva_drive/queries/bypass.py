@@ -400,3 +400,15 @@ def as_loaded(
     if from_select and manager.dispatch.load:
         manager.dispatch.load(state, None)  # no Query behind it, as after Session.merge()
     return instance
+
+
+def rollback_cause(session: Session) -> BaseException | None:
+    """The error that rolled back the session's (now inactive) transaction; None if unknown.
+
+    A flush that fails (or an autoflush, or a statement on a lost connection) rolls the
+    transaction back and leaves the session refusing every statement until ``rollback()``.
+    SQLAlchemy keeps that error on the transaction (``_rollback_exception``, the one it quotes
+    in ``PendingRollbackError``); there is no public accessor.
+    """
+    error = getattr(session.get_transaction(), "_rollback_exception", None)
+    return error if isinstance(error, BaseException) else None
