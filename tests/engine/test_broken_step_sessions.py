@@ -7,7 +7,7 @@ import contextlib
 from typing import Any
 
 import pytest
-from sqlalchemy import select, text
+from sqlalchemy import select
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import Session
 
@@ -16,6 +16,7 @@ from geneva_drive.errors import UnitOfWorkError
 from geneva_drive.executor import RunOptions, run_execution
 from tests.engine._support import executions, history, reload
 from tests.support.app import AuditEntry, Order
+from tests.support.connections import lose_connection
 
 
 def _refused(session: Session, order: Order) -> None:
@@ -59,27 +60,6 @@ class BrokenConnectionSwallowed(Workflow):
         lose_connection(self.session)
         with contextlib.suppress(DBAPIError):
             self.session.execute(select(AuditEntry)).all()
-
-
-def lose_connection(session: Session) -> None:
-    """Cut the session's connection under it, the way a server restart or a kill would."""
-    connection = session.connection()
-    dialect = connection.dialect.name
-    if dialect == "sqlite":  # no server to lose: close the file handle underneath
-        dbapi = connection.connection.dbapi_connection
-        assert dbapi is not None
-        dbapi.close()
-        return
-    engine = connection.engine
-    if dialect == "postgresql":
-        pid = connection.execute(text("SELECT pg_backend_pid()")).scalar_one()
-        kill = f"SELECT pg_terminate_backend({int(pid)})"
-    else:
-        pid = connection.execute(text("SELECT CONNECTION_ID()")).scalar_one()
-        kill = f"KILL {int(pid)}"
-    with engine.connect() as other:
-        other.execute(text(kill))
-        other.commit()
 
 
 def _start(session: Session, cls: type[Workflow]) -> tuple[Workflow, Order]:
