@@ -42,6 +42,17 @@ if TYPE_CHECKING:
     from .workflow import Workflow
 
 
+# What the application's code (a step body, its hooks, a precondition, a matcher) may raise
+# that becomes the step's failure, recorded and resolved by the exception policies. With
+# KeyboardInterrupt and SystemExit: raised *by step code* (``sys.exit()`` in a library, a
+# re-raised interrupt) they are that step's error, not a request to stop the process — left to
+# propagate, they killed the worker thread with the row in progress, and the next worker to
+# recover it died the same way. A real SIGINT/SIGTERM reaches the database worker through its
+# signal handlers, never as an exception in a step thread. Flow-control signals are caught
+# before these (their own BaseException subclasses); GeneratorExit is the interpreter's.
+STEP_ERRORS = (Exception, KeyboardInterrupt, SystemExit)
+
+
 # -- results of phase 2 ----------------------------------------------------------------------
 
 
@@ -219,7 +230,7 @@ def _phase1(
                     return NotClaimed()
                 execution_id, workflow_id = claimed
             return _prepare(session, execution_id, options, config, workflow_id)
-    except Exception as error:
+    except STEP_ERRORS as error:
         if queries.is_transient(error):
             # A deadlock or lock timeout rolled phase 1 back: the row is still scheduled and
             # will be claimed again. It is the database's trouble, not the step's.
@@ -350,7 +361,7 @@ def _precondition_plan(
             if step_def.should_skip(workflow):
                 payload["outcome"] = "skipped"
                 return outcomes.for_skip_condition()
-        except Exception as error:
+        except STEP_ERRORS as error:
             payload["outcome"] = "exception"
             payload["exception"] = error
             raise
@@ -410,7 +421,7 @@ def _perform(session: Session, prepared: Prepared, options: RunOptions, config: 
                     outcome = Completed()
             except FlowControl as flow:
                 outcome = flow
-            except Exception as error:
+            except STEP_ERRORS as error:
                 outcome = Failed(error)
             payload["outcome"] = _describe(outcome)
             if isinstance(outcome, Failed):
@@ -436,7 +447,7 @@ def _perform(session: Session, prepared: Prepared, options: RunOptions, config: 
                 workflow.after_step_execution(execution)
             except FlowControl as flow:
                 result = flow
-            except Exception as error:
+            except STEP_ERRORS as error:
                 result = Failed(error)
     finally:
         workflow.__dict__.pop("_gd_received_signal", None)
@@ -797,7 +808,7 @@ def _start_chained(
     if not cls.may_proceed_without_hero:
         try:
             workflow.hero  # noqa: B018 — loads and caches it for the guard
-        except Exception as error:
+        except STEP_ERRORS as error:
             _leave_scheduled(session, workflow, execution, step_def, error)
             return None
     if _no_preconditions(workflow, step_def):
@@ -807,7 +818,7 @@ def _start_chained(
         with session.begin_nested():
             started = _guards_and_start(session, workflow, execution, options, now)
         return started if isinstance(started, Prepared) else None
-    except Exception as error:
+    except STEP_ERRORS as error:
         # Instances may hold values the savepoint's rollback took back from the rows.
         session.expire(workflow)
         session.expire(execution)
@@ -820,7 +831,7 @@ def _leave_scheduled(
     workflow: Workflow,
     execution: StepExecution,
     step_def: StepDefinition,
-    error: Exception,
+    error: BaseException,
 ) -> None:
     if queries.is_transient(error):
         raise error  # the whole transaction is lost: _finalize hands the predecessor back

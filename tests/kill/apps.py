@@ -1,0 +1,64 @@
+"""Workflows for the worker-process tests here: ``geneva-drive worker --app tests.kill.apps``.
+
+``GD_KILL_CRASH`` makes the worker process itself break, to test that a worker that stops
+abnormally says so and never exits 0: ``step-thread`` (a step thread dies of an error outside
+any step), ``heartbeat`` (the heartbeat thread dies).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+from geneva_drive import Workflow, step
+
+log = logging.getLogger("geneva_drive")
+
+
+class KillStepExits(Workflow):
+    """A step that calls ``sys.exit()`` (a library's, say): its error, not the worker's."""
+
+    may_proceed_without_hero = True
+
+    @step(on_exception="reattempt", max_reattempts=1)
+    def leave(self) -> None:
+        raise SystemExit(0)
+
+
+class KillStepInterrupts(Workflow):
+    may_proceed_without_hero = True
+
+    @step  # the default policy: pause
+    def interrupt(self) -> None:
+        raise KeyboardInterrupt
+
+
+class KillPlain(Workflow):
+    may_proceed_without_hero = True
+
+    @step
+    def only(self) -> None:
+        log.info("kill_apps: plain finished")
+
+
+def _break_the_worker(how: str) -> None:
+    from geneva_drive import leases
+    from geneva_drive.worker import Worker
+
+    def fail(*_args: Any) -> Any:
+        raise RuntimeError(f"injected failure ({how})")
+
+    def exit_quietly(*_args: Any) -> Any:
+        raise SystemExit(0)  # a BaseException: the thread's `except Exception` lets it by
+
+    if how == "step-thread":  # called by each step thread after every claim, outside any step
+        leases.RunningExecutions.finished = fail  # type: ignore[method-assign,assignment]
+    elif how == "heartbeat":
+        Worker.heartbeat = exit_quietly  # type: ignore[method-assign,assignment]
+    else:
+        raise ValueError(f"GD_KILL_CRASH={how!r}: expected step-thread or heartbeat")
+
+
+if os.environ.get("GD_KILL_CRASH"):
+    _break_the_worker(os.environ["GD_KILL_CRASH"])
