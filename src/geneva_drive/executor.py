@@ -855,8 +855,8 @@ def _release_after_transient_error(
             recover_execution(session, execution_id, reason=f"transient database error: {error}")
     except Exception:
         config.logger.exception(
-            "could not hand back execution %s after a database error; its lease will expire "
-            "only when this worker stops",
+            "could not hand back execution %s after a database error; it is recovered "
+            "once its lease runs out",
             execution_id,
         )
 

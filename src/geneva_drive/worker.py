@@ -397,17 +397,8 @@ class Worker:
 
         with self._continuing(take):
             while not self._should_exit():
-                try:
-                    ran = self._claim_and_run(taken)
-                except Exception as error:
-                    self._pause_after(error)
-                    continue
-                finally:
-                    # Not run (we are stopping, or it failed): it stays scheduled for anyone.
-                    taken.clear()
-                    # Whatever this thread ran is over; a row it left in progress expires.
-                    self.running.finished()
-                if ran:
+                ran = self._attempt(taken)
+                if ran is None or ran:
                     continue
                 if self._wakeup.take_missed():
                     continue  # a wake-up came while this thread was claiming: look again
@@ -423,6 +414,22 @@ class Worker:
                 with self._count_lock:
                     self.idle_waits += 1
                 self._wakeup.sleep(timeout, due)
+
+    def _attempt(self, taken: list[int]) -> bool | None:
+        """:meth:`_claim_and_run`; None if it failed (after the pause that follows)."""
+        try:
+            return self._claim_and_run(taken)
+        except Exception as error:
+            failure = error
+        finally:
+            # Not run (we are stopping, or it failed): it stays scheduled for anyone.
+            taken.clear()
+            # Whatever this thread ran is over; a row it left in progress expires. Before
+            # the pause: during an outage the pause grows to seconds, and the heartbeat
+            # would keep renewing a row whose hand-back failed, delaying its recovery.
+            self.running.finished()
+        self._pause_after(failure)
+        return None
 
     def _claim_and_run(self, taken: list[int]) -> bool:
         """Claim and run one due execution, then any this thread kept for itself."""

@@ -9,6 +9,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -85,11 +86,11 @@ class Workers:
                 process.wait()
 
 
-def scalar(engine: sa.Engine, sql: str, **params: object) -> object:
+def scalar(engine: sa.Engine, sql: str, **params: object) -> Any:
     with engine.connect() as connection:
         return connection.execute(sa.text(sql), params).scalar()
 
 
-def rows(engine: sa.Engine, sql: str, **params: object) -> list[tuple[object, ...]]:
+def rows(engine: sa.Engine, sql: str, **params: object) -> list[tuple[Any, ...]]:
     with engine.connect() as connection:
         return [tuple(row) for row in connection.execute(sa.text(sql), params)]

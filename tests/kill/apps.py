@@ -9,7 +9,11 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from typing import Any
+
+from sqlalchemy import String
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from geneva_drive import Workflow, step
 
@@ -40,6 +44,49 @@ class KillPlain(Workflow):
     @step
     def only(self) -> None:
         log.info("kill_apps: plain finished")
+
+
+class KillBase(DeclarativeBase):
+    pass
+
+
+class KillEffect(KillBase):
+    """A step's database effect: one row per step run that committed."""
+
+    __tablename__ = "kill_effects"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    workflow_id: Mapped[int]
+    step_name: Mapped[str] = mapped_column(String(50))
+
+
+# How long each counted step works after writing its row (with its transaction open): long
+# enough that a server restart finds steps in flight.
+STEP_SECONDS = float(os.environ.get("GD_KILL_STEP_SECONDS", "0.2"))
+
+
+def _effect(workflow: Workflow, name: str) -> None:
+    workflow.session.add(KillEffect(workflow_id=workflow.id, step_name=name))
+    workflow.session.flush()  # written, not committed: commits with the step's outcome
+    time.sleep(STEP_SECONDS)  # the step's own work, not synchronisation
+
+
+class KillCounted(Workflow):
+    """Three steps, each writing one effect row in its unit of work."""
+
+    may_proceed_without_hero = True
+
+    @step
+    def one(self) -> None:
+        _effect(self, "one")
+
+    @step
+    def two(self) -> None:
+        _effect(self, "two")
+
+    @step
+    def three(self) -> None:
+        _effect(self, "three")
 
 
 def _break_the_worker(how: str) -> None:
