@@ -4,7 +4,7 @@
     ├── StepConfigurationError     a workflow class or option is defined wrongly
     │   ├── UnknownStepOptionError an option name @step does not know (also a TypeError)
     │   └── PolicyResolutionError  a policy that cannot be applied (an unimportable matcher)
-    ├── UnitOfWorkError            a step called commit()/rollback()/close() on its session
+    ├── UnitOfWorkError            a step ended its session's transaction, or lost it
     ├── InvalidStateError          a verb was called on a workflow in the wrong state
     ├── InvalidStateTransition     the executor refused an illegal state change (a bug guard)
     ├── WorkflowAlreadyOngoing     a second ongoing workflow of one class for one hero
@@ -13,6 +13,7 @@
     │   ├── SignalPayloadTooLargeError
     │   └── CursorTooLargeError
     ├── SerializationError         a value the JSON codec cannot store
+    ├── WorkerCrashed              a database worker's thread died; the worker stopped
     └── StepExecutionError         carries the execution and workflow it concerns
         └── StepNotDefinedError    a row names a step the class no longer defines
 
@@ -45,7 +46,12 @@ class PolicyResolutionError(StepConfigurationError):
 
 
 class UnitOfWorkError(GenevaDriveError):
-    """A step body tried to end the transaction its writes belong to."""
+    """A step body tried to end the transaction its writes belong to, or carried on after
+    an error from its session had ended it."""
+
+
+class WorkerCrashed(GenevaDriveError):
+    """A thread of the database worker died of an unexpected error, so the worker stopped."""
 
 
 class InvalidStateError(GenevaDriveError):

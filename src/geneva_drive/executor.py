@@ -15,7 +15,7 @@ the second run finds the row no longer ``scheduled`` and does nothing.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -25,10 +25,11 @@ from sqlalchemy.orm import Session
 from . import events, outcomes, queries, scheduling, serialization, signals, unit_of_work, writer
 from .backends.base import EnqueuedStep, enqueue_after_commit
 from .config import Settings, settings
-from .errors import StepNotDefinedError
+from .errors import StepNotDefinedError, UnitOfWorkError
 from .flow import Action, FlowControl
 from .models import StepExecution
 from .policy import Decision, resolve
+from .queries.bypass import connection_of, rollback_cause
 from .states import (
     ExecutionState,
     WorkflowState,
@@ -39,6 +40,17 @@ if TYPE_CHECKING:
     from .models import Signal
     from .steps import StepDefinition
     from .workflow import Workflow
+
+
+# What the application's code (a step body, its hooks, a precondition, a matcher) may raise
+# that becomes the step's failure, recorded and resolved by the exception policies. With
+# KeyboardInterrupt and SystemExit: raised *by step code* (``sys.exit()`` in a library, a
+# re-raised interrupt) they are that step's error, not a request to stop the process — left to
+# propagate, they killed the worker thread with the row in progress, and the next worker to
+# recover it died the same way. A real SIGINT/SIGTERM reaches the database worker through its
+# signal handlers, never as an exception in a step thread. Flow-control signals are caught
+# before these (their own BaseException subclasses); GeneratorExit is the interpreter's.
+STEP_ERRORS = (Exception, KeyboardInterrupt, SystemExit)
 
 
 # -- results of phase 2 ----------------------------------------------------------------------
@@ -66,10 +78,31 @@ Result = Completed | Interrupted | FlowControl | Failed
 
 @dataclass
 class Prepared:
+    """A started step. ``identity`` and ``log`` are read when it starts, before its body runs.
+
+    Why: a body whose session breaks (a refused flush, a lost connection) leaves every loaded
+    instance expired in a transaction that can no longer load anything, so reading
+    ``workflow.id`` afterwards raises. Phase 3 must not need the instances to find its rows.
+    """
+
     workflow: Workflow
     execution: StepExecution
     step_def: StepDefinition
     signal: Signal | None
+    identity: dict[str, Any] = field(init=False)
+    log: events.ContextAdapter = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.identity = events.execution_payload(self.workflow, self.execution)
+        self.log = events.execution_logger(self.workflow, self.execution)
+
+    @property
+    def workflow_id(self) -> int:
+        return int(self.identity["workflow_id"])
+
+    @property
+    def execution_id(self) -> int:
+        return int(self.identity["execution_id"])
 
 
 @dataclass
@@ -157,7 +190,7 @@ def _continue(
     prepared = started
     while True:
         if options.on_started is not None:
-            options.on_started(prepared.execution.id)
+            options.on_started(prepared.execution_id)
         result = _perform(session, prepared, options, config)
         error, chained = _finalize(session, prepared, result, config, options)
         if error is not None and reraise:
@@ -197,7 +230,7 @@ def _phase1(
                     return NotClaimed()
                 execution_id, workflow_id = claimed
             return _prepare(session, execution_id, options, config, workflow_id)
-    except Exception as error:
+    except STEP_ERRORS as error:
         if queries.is_transient(error):
             # A deadlock or lock timeout rolled phase 1 back: the row is still scheduled and
             # will be claimed again. It is the database's trouble, not the step's.
@@ -328,7 +361,7 @@ def _precondition_plan(
             if step_def.should_skip(workflow):
                 payload["outcome"] = "skipped"
                 return outcomes.for_skip_condition()
-        except Exception as error:
+        except STEP_ERRORS as error:
             payload["outcome"] = "exception"
             payload["exception"] = error
             raise
@@ -363,7 +396,7 @@ def cancel_conditions_hold(workflow: Workflow) -> bool:
 
 def _perform(session: Session, prepared: Prepared, options: RunOptions, config: Settings) -> Result:
     workflow, execution, step_def = prepared.workflow, prepared.execution, prepared.step_def
-    payload = events.execution_payload(workflow, execution)
+    payload = dict(prepared.identity)
     workflow.__dict__["_gd_received_signal"] = prepared.signal
     hero = workflow.__dict__.get("_gd_hero")
     if hero is not None:
@@ -388,7 +421,7 @@ def _perform(session: Session, prepared: Prepared, options: RunOptions, config: 
                     outcome = Completed()
             except FlowControl as flow:
                 outcome = flow
-            except Exception as error:
+            except STEP_ERRORS as error:
                 outcome = Failed(error)
             payload["outcome"] = _describe(outcome)
             if isinstance(outcome, Failed):
@@ -400,7 +433,7 @@ def _perform(session: Session, prepared: Prepared, options: RunOptions, config: 
         with (
             workflow._in_step_context(),
             serialization.decoding_session(session),
-            unit_of_work.guard(session, step_def, execution.id),  # commit() etc. refused
+            unit_of_work.guard(session, step_def, prepared.execution_id),  # commit() refused
         ):
             # Hook errors count as step errors (the gem let them escape and strand the row).
             try:
@@ -414,14 +447,12 @@ def _perform(session: Session, prepared: Prepared, options: RunOptions, config: 
                 workflow.after_step_execution(execution)
             except FlowControl as flow:
                 result = flow
-            except Exception as error:
+            except STEP_ERRORS as error:
                 result = Failed(error)
     finally:
         workflow.__dict__.pop("_gd_received_signal", None)
     if isinstance(result, Failed):
-        events.execution_logger(workflow, execution).warning(
-            "step raised %s: %s", type(result.error).__name__, result.error
-        )
+        prepared.log.warning("step raised %s: %s", type(result.error).__name__, result.error)
     return result
 
 
@@ -446,12 +477,15 @@ def _finalize(
     Returns the step's error, if any, and the next step when it was started in the same
     transaction (chaining, see :func:`_complete`).
     """
-    workflow_id, execution_id = prepared.workflow.id, prepared.execution.id
-    payload = events.execution_payload(prepared.workflow, prepared.execution)
+    # Not read from the instances: after a failed body they may be expired (see Prepared).
+    workflow_id, execution_id = prepared.workflow_id, prepared.execution_id
+    payload = dict(prepared.identity)
     if not isinstance(result, Failed):
         result = _save_body_writes(session, prepared, result, config)
     if isinstance(result, Failed):
-        session.rollback()  # the body's writes must not land with a failure
+        # The body's writes must not land with a failure. Also what makes a session the body
+        # broke usable again; the locks below then reload the rows phase 3 needs.
+        session.rollback()
     error = result.error if isinstance(result, Failed) else None
     with events.instrument("finalize", payload):
         try:
@@ -551,18 +585,47 @@ def _save_body_writes(
     any other. A transient error (deadlock, lock timeout) is the database's trouble: the
     execution is handed back and runs again.
     """
+    if _broken(session):
+        return _swallowed(session, prepared)
     try:
         session.flush()
     except Exception as error:
         session.rollback()
         if queries.is_transient(error):
-            _release_after_transient_error(session, prepared.execution.id, error, config)
+            _release_after_transient_error(session, prepared.execution_id, error, config)
             raise
-        events.execution_logger(prepared.workflow, prepared.execution).warning(
+        prepared.log.warning(
             "the step's writes could not be saved: %s: %s", type(error).__name__, error
         )
         return Failed(error)
     return result
+
+
+def _broken(session: Session) -> bool:
+    """Whether the body's transaction is lost: a failed flush, or its connection died."""
+    if not session.is_active:
+        return True
+    return session.in_transaction() and connection_of(session).invalidated
+
+
+def _swallowed(session: Session, prepared: Prepared) -> Failed:
+    """The body caught an error that lost its transaction, and returned normally.
+
+    Its writes are lost with that transaction, so the step cannot have succeeded: it fails
+    (the policies decide), with the error it swallowed as the cause.
+    """
+    cause = rollback_cause(session)
+    what = f"({cause!r})" if cause is not None else "(its database connection was lost)"
+    session.rollback()
+    error = UnitOfWorkError(
+        f"{prepared.step_def.label} (execution id={prepared.execution_id}) returned normally "
+        f"after an error from self.session ended its transaction {what}, so none of its "
+        "writes can be saved; let the error propagate, or run the statements that may fail "
+        "in `with self.session.begin_nested():` and catch the error outside that block"
+    )
+    error.__cause__ = cause
+    prepared.log.warning("%s", error)
+    return Failed(error)
 
 
 def _complete(
@@ -745,7 +808,7 @@ def _start_chained(
     if not cls.may_proceed_without_hero:
         try:
             workflow.hero  # noqa: B018 — loads and caches it for the guard
-        except Exception as error:
+        except STEP_ERRORS as error:
             _leave_scheduled(session, workflow, execution, step_def, error)
             return None
     if _no_preconditions(workflow, step_def):
@@ -755,7 +818,7 @@ def _start_chained(
         with session.begin_nested():
             started = _guards_and_start(session, workflow, execution, options, now)
         return started if isinstance(started, Prepared) else None
-    except Exception as error:
+    except STEP_ERRORS as error:
         # Instances may hold values the savepoint's rollback took back from the rows.
         session.expire(workflow)
         session.expire(execution)
@@ -768,7 +831,7 @@ def _leave_scheduled(
     workflow: Workflow,
     execution: StepExecution,
     step_def: StepDefinition,
-    error: Exception,
+    error: BaseException,
 ) -> None:
     if queries.is_transient(error):
         raise error  # the whole transaction is lost: _finalize hands the predecessor back
@@ -792,8 +855,8 @@ def _release_after_transient_error(
             recover_execution(session, execution_id, reason=f"transient database error: {error}")
     except Exception:
         config.logger.exception(
-            "could not hand back execution %s after a database error; its lease will expire "
-            "only when this worker stops",
+            "could not hand back execution %s after a database error; it is recovered "
+            "once its lease runs out",
             execution_id,
         )
 

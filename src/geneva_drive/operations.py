@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 def _locked(workflow: Workflow) -> Session:
     session = workflow.session
+    queries.coordination.take_write_lock(session)  # SQLite: before any read
     queries.lock_workflow(session, workflow.id)
     return session
 

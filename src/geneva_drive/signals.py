@@ -57,6 +57,7 @@ def deliver_signal(
     raising, say) rolls back this delivery only — it runs in a savepoint — so the caller's
     transaction stays usable and the call can simply be retried.
     """
+    queries.coordination.take_write_lock(workflow.session)  # SQLite: before any read
     label = f"{type(workflow).__name__} id={workflow.id}"
     if not isinstance(name, str) or not name.strip() or len(name) > _MAX_STRING:
         raise ValueError(

@@ -53,6 +53,7 @@ from .backends.base import EnqueuedStep
 from .backends.database import DatabaseBackend
 from .clock import to_timedelta
 from .config import Settings, settings
+from .errors import WorkerCrashed
 from .executor import RunOptions, claim_and_run
 from .loaded import UnloadedClassReport, claim_scope, require_workflows
 from .shutdown import request_shutdown, shutdown_requested
@@ -254,6 +255,7 @@ class Worker:
         self.abandoned = 0  # steps still running when the grace period ended
         self.listening = False
         self.idle_waits = 0  # times a step thread went idle (tests wait on it)
+        self.crashed: tuple[str, BaseException] | None = None  # the first thread that died
         self._stopping = threading.Event()  # stop claiming
         self._done = threading.Event()  # stop the maintenance thread and the listener
         self._wakeup = IdleThreads(concurrency)
@@ -266,9 +268,10 @@ class Worker:
     def run(self, *, until: Callable[[], bool] | None = None, install_signals: bool = True) -> None:
         """Run until stopped (or until ``until()`` is true, checked when idle).
 
-        Raises ``NoWorkflowsLoaded`` when no workflow class is defined in this process, and
+        Raises ``NoWorkflowsLoaded`` when no workflow class is defined in this process,
         ``startup.StartupError`` when the database stays unreachable for ``startup_wait``
-        seconds or its schema is not this package's.
+        seconds or its schema is not this package's, and ``WorkerCrashed`` (after stopping)
+        when one of its threads died of an unexpected error.
         """
         self.scope = claim_scope(self.queues)
         require_workflows(self.scope)
@@ -291,19 +294,16 @@ class Worker:
             ",".join(self.scope.workflow_types),
         )
         self._until = until
-        helpers = [threading.Thread(target=self._maintain, name="geneva-drive-heartbeat")]
+        helpers = [self._thread(self._maintain, "geneva-drive-heartbeat")]
         if self.listen:
-            helpers.append(threading.Thread(target=self._listen, name="geneva-drive-listen"))
-        steps = [
-            threading.Thread(target=self._loop, name=f"geneva-drive-{i}", daemon=True)
-            for i in range(self.concurrency)
-        ]
+            helpers.append(self._thread(self._listen, "geneva-drive-listen"))
+        steps = [self._thread(self._loop, f"geneva-drive-{i}") for i in range(self.concurrency)]
         try:
             for thread in [*helpers, *steps]:
-                thread.daemon = True
                 thread.start()
             self._wait_for(steps)
         finally:
+            self.stop()  # if the loop itself failed, nothing more is claimed meanwhile
             self._done.set()
             for thread in helpers:
                 thread.join(timeout=10)
@@ -320,6 +320,39 @@ class Worker:
             if isinstance(backend, DatabaseBackend):
                 backend.unsubscribe(self._wakeup)
             log.info("worker %s stopped after %d step(s)", self.worker_id, self.steps_run)
+        if self.crashed is not None:
+            name, error = self.crashed
+            raise WorkerCrashed(
+                f"worker {self.worker_id} stopped because its thread {name} died of "
+                f"{type(error).__name__}: {error} (the traceback is in the log above); the "
+                "steps it was running finished or were left for lease recovery — restart it"
+            ) from error
+
+    def _thread(self, target: Callable[[], None], name: str) -> threading.Thread:
+        def run() -> None:
+            try:
+                target()
+            except BaseException as error:
+                # The one place a worker thread can end unplanned. A step's own errors never
+                # get here (the executor records them, KeyboardInterrupt and SystemExit too);
+                # this is a bug or a broken environment. Carrying on without a step thread,
+                # or without the heartbeat (every lease would run out under running steps),
+                # would look healthy and exit 0 — so the whole worker stops, and says why.
+                self._crash(name, error)
+
+        # Daemon: a second signal's os._exit, or an abandoned step, must not keep it alive.
+        return threading.Thread(target=run, name=name, daemon=True)
+
+    def _crash(self, name: str, error: BaseException) -> None:
+        log.critical(
+            "worker thread %s died of %s; stopping the worker",
+            name,
+            type(error).__name__,
+            exc_info=(type(error), error, error.__traceback__),
+        )
+        if self.crashed is None:
+            self.crashed = (name, error)
+        self.stop()
 
     def stop(self) -> None:
         """Stop claiming; running steps finish (resumable ones stop at their next checkpoint)."""
@@ -365,17 +398,8 @@ class Worker:
 
         with self._continuing(take):
             while not self._should_exit():
-                try:
-                    ran = self._claim_and_run(taken)
-                except Exception as error:
-                    self._pause_after(error)
-                    continue
-                finally:
-                    # Not run (we are stopping, or it failed): it stays scheduled for anyone.
-                    taken.clear()
-                    # Whatever this thread ran is over; a row it left in progress expires.
-                    self.running.finished()
-                if ran:
+                ran = self._attempt(taken)
+                if ran is None or ran:
                     continue
                 if self._wakeup.take_missed():
                     continue  # a wake-up came while this thread was claiming: look again
@@ -391,6 +415,22 @@ class Worker:
                 with self._count_lock:
                     self.idle_waits += 1
                 self._wakeup.sleep(timeout, due)
+
+    def _attempt(self, taken: list[int]) -> bool | None:
+        """:meth:`_claim_and_run`; None if it failed (after the pause that follows)."""
+        try:
+            return self._claim_and_run(taken)
+        except Exception as error:
+            failure = error
+        finally:
+            # Not run (we are stopping, or it failed): it stays scheduled for anyone.
+            taken.clear()
+            # Whatever this thread ran is over; a row it left in progress expires. Before
+            # the pause: during an outage the pause grows to seconds, and the heartbeat
+            # would keep renewing a row whose hand-back failed, delaying its recovery.
+            self.running.finished()
+        self._pause_after(failure)
+        return None
 
     def _claim_and_run(self, taken: list[int]) -> bool:
         """Claim and run one due execution, then any this thread kept for itself."""

@@ -130,6 +130,7 @@ class Workflow(WorkflowColumns, Base):
                 "Workflow.create(): create a subclass of Workflow that declares steps"
             )
         check_job_options(cls, settings().backend)
+        queries.coordination.take_write_lock(session)  # SQLite: before any read
         workflow = cls()
         workflow.allow_multiple = allow_multiple
         workflow._set_hero(session, hero)

@@ -30,8 +30,8 @@ What SQLAlchemy would otherwise give, and how it is kept:
   ``Connection.execute`` as usual; only an unobserved connection takes the short path.
 * **Errors.** A DBAPI error is raised as SQLAlchemy's own wrapper (``IntegrityError``,
   ``OperationalError``…), with ``connection_invalidated`` set for a lost connection, so
-  callers and ``queries.is_transient`` see exactly what the long path raises. The dead
-  connection is invalidated by SQLAlchemy when the transaction's rollback then fails.
+  callers and ``queries.is_transient`` see exactly what the long path raises. A lost
+  connection is invalidated (and the pool told) as ``Connection.execute`` would.
 * **Schema translation.** A connection with a ``schema_translate_map`` takes the long path:
   the compiled text here has no schema rewriting.
 """
@@ -194,7 +194,24 @@ def _wrapped(connection: Connection, sql: str, params: Any, error: Any, cursor: 
         connection_invalidated=lost,
         dialect=dialect,
     )
+    if lost:
+        _invalidate(connection, wrapped)
     return wrapped
+
+
+def _invalidate(connection: Connection, error: Exception) -> None:
+    """What ``Connection.execute`` does on a lost connection, which the short path skipped.
+
+    Without it the dead connection stays in the transaction: ``session.rollback()`` then
+    fails on it again ("the connection is lost"), and the executor's hand-back of the step
+    never runs, leaving it in progress under a live lease. Invalidated, the rollback just
+    discards it. The pool is told too, so the other connections it opened before the loss
+    (as dead after a server restart) are replaced on their next checkout, not used and failed.
+    """
+    if connection.invalidated:
+        return
+    connection.engine.pool._invalidate(connection.connection, error)
+    connection.invalidate(error)
 
 
 # -- the ORM bypass ------------------------------------------------------------------------
@@ -400,3 +417,15 @@ def as_loaded(
     if from_select and manager.dispatch.load:
         manager.dispatch.load(state, None)  # no Query behind it, as after Session.merge()
     return instance
+
+
+def rollback_cause(session: Session) -> BaseException | None:
+    """The error that rolled back the session's (now inactive) transaction; None if unknown.
+
+    A flush that fails (or an autoflush, or a statement on a lost connection) rolls the
+    transaction back and leaves the session refusing every statement until ``rollback()``.
+    SQLAlchemy keeps that error on the transaction (``_rollback_exception``, the one it quotes
+    in ``PendingRollbackError``); there is no public accessor.
+    """
+    error = getattr(session.get_transaction(), "_rollback_exception", None)
+    return error if isinstance(error, BaseException) else None

@@ -1,17 +1,52 @@
-"""Cross-process coordination: NOTIFY/LISTEN wake-ups and the housekeeping advisory lock."""
+"""Cross-process coordination: NOTIFY/LISTEN wake-ups, the housekeeping advisory lock, and
+SQLite's write lock for the application's own transactions."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import functools
 
 from sqlalchemy import (
     Connection,
+    false,
     func,
     select,
+    update,
 )
+from sqlalchemy.orm import Session
+from sqlalchemy.sql.dml import Update
 
-if TYPE_CHECKING:
-    pass
+from ..engine import IMMEDIATE_OPTION
+from ._sql import workflow_model
+
+# -- SQLite: the write lock before the first read -------------------------------------------
+
+
+def take_write_lock(session: Session) -> None:
+    """On SQLite, make ``session``'s transaction hold the database write lock from now on.
+
+    Why: ``create()``, ``signal()`` and the operator verbs read before they write, in the
+    application's transaction, which SQLite begins deferred. Its first read fixes the
+    transaction's snapshot, and SQLite refuses to let a transaction write from a snapshot that
+    another commit has since overtaken — "database is locked" at once, without waiting on the
+    busy timeout. Writing first (an UPDATE that matches no row still takes the lock) makes the
+    caller wait for the lock instead, within the busy timeout, and read the latest data under
+    it: SQLite's ``SELECT … FOR UPDATE``, as ``BEGIN IMMEDIATE`` is for geneva-drive's own
+    sessions, which already hold it. A transaction that read before calling us and was
+    overtaken meanwhile still fails here; nothing can move its snapshot. PostgreSQL and
+    MariaDB lock the workflow row instead: nothing to do.
+    """
+    if session.get_bind().dialect.name != "sqlite":
+        return
+    connection = session.connection()
+    if connection.get_execution_options().get(IMMEDIATE_OPTION):
+        return  # began with BEGIN IMMEDIATE: it holds the lock already
+    connection.execute(_no_op_write())
+
+
+@functools.cache
+def _no_op_write() -> Update:
+    workflow = workflow_model()
+    return update(workflow).where(false()).values({workflow.id: workflow.id})
 
 
 # -- cross-process coordination: NOTIFY and the housekeeping lock ----------------------------
