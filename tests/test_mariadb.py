@@ -149,8 +149,8 @@ def test_concurrent_claims_take_different_workflows_and_lock_only_the_workflow_r
     workers = engine_for_workers(mariadb_engine)
     with Session(workers) as one, Session(workers) as two:
         # Priority 0 comes first; the second claimer passes over the locked workflow.
-        assert queries.claim_due_execution(one, NOW, None) == (first_execution, first_workflow)
-        assert queries.claim_due_execution(two, NOW, None) == (second_execution, second_workflow)
+        assert queries.claim_due_execution(one, NOW) == (first_execution, first_workflow)
+        assert queries.claim_due_execution(two, NOW) == (second_execution, second_workflow)
         assert _locked(mariadb_engine, "geneva_drive_workflows", first_workflow)
         assert _locked(mariadb_engine, "geneva_drive_workflows", second_workflow)
         # Lock order is workflow first: the claim holds no execution row (MariaDB's join
@@ -159,7 +159,7 @@ def test_concurrent_claims_take_different_workflows_and_lock_only_the_workflow_r
         assert not _locked(mariadb_engine, "geneva_drive_step_executions", second_execution)
         # Everything claimable is taken: a third claimer finds nothing and waits for nothing.
         with Session(workers) as three:
-            assert queries.claim_due_execution(three, NOW, None) is None
+            assert queries.claim_due_execution(three, NOW) is None
         one.rollback()
         two.rollback()
     assert not _locked(mariadb_engine, "geneva_drive_workflows", first_workflow)
@@ -175,6 +175,6 @@ def test_a_claim_of_an_execution_no_longer_due_leaves_its_workflow_unlocked(
             {"id": execution_id},
         )
     with Session(engine_for_workers(mariadb_engine)) as session:
-        assert queries.claim_execution(session, execution_id, NOW, None) is None
+        assert queries.claim_execution(session, execution_id, NOW) is None
         # The workflow row failed the claim's condition, so InnoDB released it at once.
         assert not _locked(mariadb_engine, "geneva_drive_workflows", workflow_id)

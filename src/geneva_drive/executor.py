@@ -24,12 +24,16 @@ from sqlalchemy.orm import Session
 
 from . import events, outcomes, queries, scheduling, serialization, signals, unit_of_work, writer
 from .backends.base import EnqueuedStep, enqueue_after_commit
+from .body_results import Completed, Failed, Interrupted
 from .config import Settings, settings
 from .errors import StepNotDefinedError, UnitOfWorkError
 from .flow import Action, FlowControl
+from .housekeeping import recover_execution
+from .iteration import run_resumable
 from .models import StepExecution
 from .policy import Decision, resolve
 from .queries.bypass import connection_of, rollback_cause
+from .queries.claims import EVERY_CLASS_ANY_QUEUE, ClaimScope
 from .states import (
     ExecutionState,
     WorkflowState,
@@ -53,24 +57,7 @@ if TYPE_CHECKING:
 STEP_ERRORS = (Exception, KeyboardInterrupt, SystemExit)
 
 
-# -- results of phase 2 ----------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Completed:
-    pass
-
-
-@dataclass(frozen=True)
-class Interrupted:
-    """A resumable step stopped at a checkpoint; a successor continues from the cursor."""
-
-    wait: timedelta | None = None
-
-
-@dataclass(frozen=True)
-class Failed:
-    error: BaseException
+# -- results of phase 2 (the types live in body_results.py; iteration returns them too) ------
 
 
 Result = Completed | Interrupted | FlowControl | Failed
@@ -159,7 +146,7 @@ def run_execution(
 
 
 def claim_and_run(
-    queues: list[str] | None,
+    scope: ClaimScope | None,
     options: RunOptions,
     config: Settings | None = None,
     *,
@@ -167,12 +154,14 @@ def claim_and_run(
 ) -> bool:
     """Claim the next due execution (or, eagerly, the given one) and run it. False if none.
 
-    The claim and phase 1 share one transaction (one commit): the claim query locks the
-    workflow row with SKIP LOCKED, and phase 1 runs under that lock.
+    ``scope`` says which queues and classes may be claimed (None: any row). The claim and
+    phase 1 share one transaction (one commit): the claim query locks the workflow row with
+    SKIP LOCKED, and phase 1 runs under that lock.
     """
     config = config or settings()
+    scope = scope or EVERY_CLASS_ANY_QUEUE
     with config.session_factory()() as session:
-        started = _phase1(session, options, config, queues=queues, claim_id=execution_id)
+        started = _phase1(session, options, config, scope=scope, claim_id=execution_id)
         if isinstance(started, NotClaimed):
             return False
         _continue(session, started, options, config, reraise=False)
@@ -211,7 +200,7 @@ def _phase1(
     config: Settings,
     *,
     execution_id: int | None = None,
-    queues: list[str] | None = None,
+    scope: ClaimScope = EVERY_CLASS_ANY_QUEUE,
     claim_id: int | None = None,
 ) -> PhaseOne:
     """Claim (unless given an id), run the guards and start the step, in one transaction.
@@ -225,7 +214,7 @@ def _phase1(
         with session.begin():
             workflow_id = None
             if execution_id is None:
-                claimed = _claim(session, config, queues, claim_id)
+                claimed = _claim(session, config, scope, claim_id)
                 if claimed is None:
                     return NotClaimed()
                 execution_id, workflow_id = claimed
@@ -243,12 +232,12 @@ def _phase1(
 
 
 def _claim(
-    session: Session, config: Settings, queues: list[str] | None, claim_id: int | None
+    session: Session, config: Settings, scope: ClaimScope, claim_id: int | None
 ) -> tuple[int, int] | None:
     now = config.clock.now()
     if claim_id is None:
-        return queries.claim_due_execution(session, now, queues)
-    return queries.claim_execution(session, claim_id, now, queues)
+        return queries.claim_due_execution(session, now, scope)
+    return queries.claim_execution(session, claim_id, now, scope)
 
 
 def _prepare(
@@ -411,8 +400,6 @@ def _perform(session: Session, prepared: Prepared, options: RunOptions, config: 
         with events.instrument("step", payload):
             try:
                 if step_def.resumable:
-                    from .iteration import run_resumable
-
                     outcome: Result = run_resumable(
                         session, workflow, execution, step_def, options, config
                     )
@@ -848,8 +835,6 @@ def _leave_scheduled(
 def _release_after_transient_error(
     session: Session, execution_id: int, error: Exception, config: Settings
 ) -> None:
-    from .housekeeping import recover_execution
-
     try:
         with session.begin():
             recover_execution(session, execution_id, reason=f"transient database error: {error}")

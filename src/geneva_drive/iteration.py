@@ -30,6 +30,7 @@ from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
 from . import queries, serialization, unit_of_work
+from .body_results import Completed, Interrupted
 from .clock import Clock, SystemClock
 from .errors import CursorTooLargeError
 from .flow import FlowControl
@@ -38,7 +39,7 @@ from .states import WorkflowState
 
 if TYPE_CHECKING:
     from .config import Settings
-    from .executor import Interrupted, RunOptions
+    from .executor import RunOptions
     from .models import StepExecution
     from .steps import StepDefinition
     from .workflow import Workflow
@@ -291,8 +292,6 @@ def run_resumable(
     options: RunOptions,
     config: Settings,
 ) -> Any:
-    from .executor import Completed, Interrupted
-
     it = IterableStep(session, workflow, execution, step_def, options, config)
     try:
         step_def.run(workflow, it)

@@ -53,7 +53,10 @@ def loaded_hero_types() -> list[str]:
 def claim_scope(queues: Sequence[str] | None) -> ClaimScope:
     """What a worker on ``queues`` may claim with the classes loaded right now."""
     return ClaimScope(
-        queues, workflow_types=loaded_workflow_types(), hero_types=loaded_hero_types()
+        queues=tuple(queues or ()),
+        workflow_types=tuple(loaded_workflow_types()),
+        hero_types=tuple(loaded_hero_types()),
+        loaded_only=True,
     )
 
 

@@ -103,7 +103,7 @@ def test_a_claim_in_a_session_holding_the_rows_refreshes_those_instances(
         other.commit()
     session.commit()  # a new transaction, as a claim has (the instances stay in the session)
 
-    claimed = queries.claim_due_execution(session, clock.now(), None)
+    claimed = queries.claim_due_execution(session, clock.now())
 
     assert claimed == (execution.id, wf.id)
     if db_backend == "mariadb":

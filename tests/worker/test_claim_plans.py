@@ -21,13 +21,14 @@ from sqlalchemy import event
 from geneva_drive import queries
 from geneva_drive.loaded import claim_scope
 from geneva_drive.queries import bypass, claims
+from geneva_drive.queries.claims import ClaimScope
 from tests.worker.apps import WorkerScaleThreeSteps
 
 BACKLOG = 300
 
 
 def _claim_statement(
-    gd: Any, session: Any, clock: Any, scope: Any = None
+    gd: Any, session: Any, clock: Any, scope: Any = ClaimScope()
 ) -> tuple[str, dict[str, Any]]:
     """The claim's SQL and parameters, as the worker sends them."""
     sent: list[tuple[str, Any]] = []
@@ -83,7 +84,7 @@ def test_the_claims_generic_plan_reads_the_first_due_row_of_the_partial_index(
         WorkerScaleThreeSteps.create(session)
     session.commit()
 
-    scope = claim_scope(None) if scoped else None
+    scope = claim_scope(None) if scoped else ClaimScope()
     statement, parameters = _claim_statement(gd, session, clock, scope)
 
     # Every backend gets the state as a literal (MariaDB has no partial index, and uses its

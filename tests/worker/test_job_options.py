@@ -8,6 +8,7 @@ import pytest
 from geneva_drive import StepConfigurationError, Workflow, step
 from geneva_drive.config import configured
 from geneva_drive.executor import claim_and_run
+from geneva_drive.queries.claims import ClaimScope
 from geneva_drive.worker import Worker
 from tests.engine._support import RecordingBackend
 from tests.worker._support import trail
@@ -63,8 +64,8 @@ def test_the_database_worker_routes_by_queue_and_priority(gd, session):
     execution = wf.current_execution
     assert (execution.queue, execution.priority) == ("reports", 3)
 
-    assert claim_and_run(["default"], Worker(config=gd).options, gd) is False
-    assert claim_and_run(["reports"], Worker(config=gd).options, gd) is True
+    assert claim_and_run(ClaimScope.on_queues(["default"]), Worker(config=gd).options, gd) is False
+    assert claim_and_run(ClaimScope.on_queues(["reports"]), Worker(config=gd).options, gd) is True
     assert trail(session, wf) == [("build", "completed", "success")]
 
 

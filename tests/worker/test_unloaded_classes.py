@@ -135,7 +135,7 @@ def test_the_idle_timer_ignores_due_rows_the_worker_will_not_claim(gd, session, 
     _retype(session, wf, "type", "VanishedTimer")
 
     with gd.session_factory()() as s, s.begin():
-        assert next_claimable_due_time(s, None) == clock.now()  # every class: it is due
+        assert next_claimable_due_time(s) == clock.now()  # every class: it is due
         assert next_claimable_due_time(s, claim_scope(None)) is None
 
 

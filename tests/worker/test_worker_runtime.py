@@ -13,6 +13,7 @@ import geneva_drive
 from geneva_drive import DatabaseBackend, StepExecution, Workflow, resumable_step, step
 from geneva_drive.config import configured
 from geneva_drive.executor import claim_and_run
+from geneva_drive.queries.claims import ClaimScope
 from geneva_drive.worker import Worker
 from tests.worker._support import (
     DEADLINE,
@@ -147,7 +148,10 @@ def test_a_claim_by_id_skips_an_execution_that_is_not_claimable(gd, session, clo
 
     assert claim_and_run(None, worker.options, gd, execution_id=later) is False  # not due
     clock.advance(timedelta(minutes=5))
-    assert claim_and_run(["other"], worker.options, gd, execution_id=later) is False  # queue
+    assert (
+        claim_and_run(ClaimScope.on_queues(["other"]), worker.options, gd, execution_id=later)
+        is False
+    )  # queue
     assert claim_and_run(None, worker.options, gd, execution_id=later) is True
     assert claim_and_run(None, worker.options, gd, execution_id=later) is False  # done
 
@@ -168,7 +172,7 @@ def test_the_worker_claims_lower_priority_numbers_first_and_only_its_queues(gd, 
     session.commit()
     worker = Worker(config=gd, queues=["default"], eager=False)
 
-    assert claim_and_run(worker.queues, worker.options, gd)
+    assert claim_and_run(ClaimScope.on_queues(worker.queues), worker.options, gd)
     assert trail(session, high)[0] == ("one", "completed", "success")
     assert [s for _, s, _ in trail(session, low)] == ["scheduled"]
     assert [s for _, s, _ in trail(session, mail)] == ["scheduled"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -32,48 +33,48 @@ if TYPE_CHECKING:
     from ..workflow import Workflow
 
 
-class ClaimScope(list[str]):
-    """The queues a worker serves (empty: every queue), and the classes whose rows it can run.
+@dataclass(frozen=True)
+class ClaimScope:
+    """What a worker may claim: the queues it serves, and the classes whose rows it can run.
 
-    A worker claims only executions whose workflow's ``type`` is one of ``workflow_types`` and
-    whose ``hero_type`` is NULL or one of ``hero_types``: a row of a class it has not loaded
-    would fail on it (a hero it cannot load pauses the workflow, a vanished hero-less class
-    is canceled), and is left scheduled for a worker that has the code.
-
-    It is a list of queue names so that it passes through ``executor.claim_and_run(queues,
-    …)`` as the ``queues`` it always was; the claim queries below read the rest. A plain list
-    (or None) claims rows of every class, as before.
+    ``queues`` empty: every queue. With ``loaded_only`` (a worker's scope, see
+    ``loaded.claim_scope``) only executions whose workflow's ``type`` is one of
+    ``workflow_types`` and whose ``hero_type`` is NULL or one of ``hero_types``: a row of a
+    class it has not loaded would fail on it (a hero it cannot load pauses the workflow, a
+    vanished hero-less class is canceled), and is left scheduled for a worker that has the
+    code. Without it, rows of every class (a runner handed one execution by id, tests).
     """
 
-    def __init__(
-        self,
-        queues: Sequence[str] | None = None,
-        *,
-        workflow_types: Sequence[str],
-        hero_types: Sequence[str],
-    ) -> None:
-        super().__init__(queues or ())
-        self.workflow_types = tuple(workflow_types)
-        self.hero_types = tuple(hero_types)
-        # Bound one parameter per name (not an expanding IN): the statement is then fixed for
-        # a given number of names, so it keeps the DBAPI short path and psycopg's prepared
-        # statements, and its text is what test_claim_plans explains.
-        self.params = {
+    queues: tuple[str, ...] = ()
+    workflow_types: tuple[str, ...] = ()
+    hero_types: tuple[str, ...] = ()
+    loaded_only: bool = False
+
+    @classmethod
+    def on_queues(cls, queues: Sequence[str] | None) -> ClaimScope:
+        """Rows of every class on ``queues`` (None or empty: every queue)."""
+        return cls(queues=tuple(queues or ()))
+
+    @property
+    def params(self) -> dict[str, str]:
+        """One bound parameter per class name (not an expanding IN): the statement is then
+        fixed for a given number of names, so it keeps the DBAPI short path and psycopg's
+        prepared statements, and its text is what test_claim_plans explains."""
+        return {
             **{f"wf_type_{i}": name for i, name in enumerate(self.workflow_types)},
             **{f"hero_type_{i}": name for i, name in enumerate(self.hero_types)},
         }
 
     @property
-    def shape(self) -> tuple[int, int]:
+    def shape(self) -> Shape:
         """How many workflow and hero types it binds: the claim statement is built per shape."""
+        if not self.loaded_only:
+            return None
         return len(self.workflow_types), len(self.hero_types)
 
 
+EVERY_CLASS_ANY_QUEUE = ClaimScope()
 Shape = tuple[int, int] | None  # a ClaimScope's shape; None: rows of every class
-
-
-def _scope_of(queues: Sequence[str] | None) -> ClaimScope | None:
-    return queues if isinstance(queues, ClaimScope) else None
 
 
 def _loaded_classes_only(wf: Any, shape: tuple[int, int]) -> Any:
@@ -109,7 +110,7 @@ def _workflow_is_ready(wf: Any) -> Any:
 
 
 def claim_due_execution(
-    session: Session, now: datetime, queues: Sequence[str] | None
+    session: Session, now: datetime, scope: ClaimScope = EVERY_CLASS_ANY_QUEUE
 ) -> tuple[int, int] | None:
     """Pick one due scheduled execution and lock it and its workflow row, skipping busy ones.
 
@@ -118,32 +119,26 @@ def claim_due_execution(
     then the earliest due. SQLite renders neither clause; its ``BEGIN IMMEDIATE`` transaction
     is already the only writer.
     """
-    return _claim(session, now, queues)
+    return _claim(session, now, scope)
 
 
 def _claim(
-    session: Session, now: datetime, queues: Sequence[str] | None, execution_id: int | None = None
+    session: Session, now: datetime, scope: ClaimScope, execution_id: int | None = None
 ) -> tuple[int, int] | None:
     mysql = is_mysql(session)
-    scope = _scope_of(queues)
-    params: dict[str, Any] = {"now": now}
+    params: dict[str, Any] = {"now": now, **scope.params}
     if execution_id is not None:
         params["execution_id"] = execution_id
-    if queues:
-        params["queues"] = list(queues)
-    if scope is not None:
-        params.update(scope.params)
+    if scope.queues:
+        params["queues"] = list(scope.queues)
     stmt = _claim_stmt(
-        by_id=execution_id is not None,
-        queued=bool(queues),
-        mysql=mysql,
-        shape=None if scope is None else scope.shape,
+        by_id=execution_id is not None, queued=bool(scope.queues), mysql=mysql, shape=scope.shape
     )
     if mysql:
         # No FOR UPDATE OF on MariaDB: candidates without locks, then their workflow rows one
         # by one (see the helper).
         candidates = session.execute(stmt, params).all()
-        return _mysql_lock_first_claimable(session, candidates, now, queues)
+        return _mysql_lock_first_claimable(session, candidates, now, scope.queues)
     return _claim_locked(session, stmt, params)
 
 
@@ -291,17 +286,19 @@ def _mysql_lock_first_claimable(
 
 
 def claim_execution(
-    session: Session, execution_id: int, now: datetime, queues: Sequence[str] | None
+    session: Session, execution_id: int, now: datetime, scope: ClaimScope = EVERY_CLASS_ANY_QUEUE
 ) -> tuple[int, int] | None:
     """Claim one known execution the way :func:`claim_due_execution` claims any: eager continuation.
 
     Same conditions and the same ``FOR UPDATE OF … SKIP LOCKED``, so a worker running the
     step it just scheduled can never collide with another worker that saw the row too.
     """
-    return _claim(session, now, queues, execution_id)
+    return _claim(session, now, scope, execution_id)
 
 
-def next_claimable_due_time(session: Session, queues: Sequence[str] | None) -> datetime | None:
+def next_claimable_due_time(
+    session: Session, scope: ClaimScope = EVERY_CLASS_ANY_QUEUE
+) -> datetime | None:
     """When the next execution a worker could claim falls due (ready workflows only).
 
     Rows kept for a paused workflow's ``resume()`` are ignored: they are due in the past, and
@@ -320,10 +317,9 @@ def next_claimable_due_time(session: Session, queues: Sequence[str] | None) -> d
         .order_by(StepExecution.scheduled_for)
         .limit(1)
     )
-    if queues:
-        stmt = stmt.where(StepExecution.queue.in_(queues))
-    scope = _scope_of(queues)
-    if scope is None:
+    if scope.queues:
+        stmt = stmt.where(StepExecution.queue.in_(scope.queues))
+    if scope.shape is None:
         return session.execute(stmt).scalar_one_or_none()
     stmt = stmt.where(_loaded_classes_only(wf, scope.shape))
     return session.execute(stmt, scope.params).scalar_one_or_none()
@@ -336,6 +332,8 @@ def unclaimable_counts(session: Session, scope: ClaimScope) -> list[tuple[str, s
     is not in the scope. It reads every scheduled row (the partial index, not the whole
     table), so a worker runs it at start and now and then, never per claim.
     """
+    if scope.shape is None:
+        return []  # a scope of every class leaves nothing alone
     wf = workflow_model()
     stmt = (
         select(wf.type, wf.hero_type, func.count())
@@ -345,8 +343,8 @@ def unclaimable_counts(session: Session, scope: ClaimScope) -> list[tuple[str, s
         .group_by(wf.type, wf.hero_type)
         .order_by(wf.type, wf.hero_type)
     )
-    if scope:
-        stmt = stmt.where(StepExecution.queue.in_(list(scope)))
+    if scope.queues:
+        stmt = stmt.where(StepExecution.queue.in_(scope.queues))
     rows = session.execute(stmt, scope.params)
     return [(type_, hero_type, int(count)) for type_, hero_type, count in rows]
 

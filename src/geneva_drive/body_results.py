@@ -1,0 +1,27 @@
+"""What running a step body (phase 2) comes to, short of flow control.
+
+The executor and the resumable runner (``iteration``) both return these; they live in a
+module of their own so that neither of the two has to import the other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+
+@dataclass(frozen=True)
+class Completed:
+    pass
+
+
+@dataclass(frozen=True)
+class Interrupted:
+    """A resumable step stopped at a checkpoint; a successor continues from the cursor."""
+
+    wait: timedelta | None = None
+
+
+@dataclass(frozen=True)
+class Failed:
+    error: BaseException
