@@ -167,6 +167,8 @@ class MySQLStarter(Starter):
         # in between makes the chunk's one INSERT fail as a whole (InnoDB undoes just that
         # statement); it is then retried without the heroes the competitor now holds.
         pending = list(chunk)
+        if pending and pending[0]["allow_multiple"]:  # such rows collide with nothing
+            return super()._insert_chunk(connection, pending)
         while pending:
             taken = ongoing_heroes(connection, pending)
             pending = [r for r in pending if (r["hero_type"], r["hero_id"]) not in taken]
