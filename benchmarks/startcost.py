@@ -127,7 +127,7 @@ def one_mode(args: argparse.Namespace, server: Any, name: str, run: Callable) ->
     else:
         tmp = Path(tempfile.mkdtemp(prefix="gd-bench-start-"))
         url, db = _gd.sqlite_url(tmp), None
-    engine, config = _gd.prepare(url)
+    engine, _config = _gd.prepare(url)
     _META.create_all(engine)
     samples = args.samples
     with Session(engine) as session:
