@@ -58,14 +58,38 @@ def execution_row(values: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
+# The columns a start writes itself; any other column with a default (a server default, or a
+# Python-side one) is left out of the INSERT, so that the database or SQLAlchemy fills it in
+# as for an ORM flush — never overwritten with NULL.
+_WORKFLOW_WRITES = frozenset(
+    {"type", "hero_type", "hero_id", "state", "next_step_name", "allow_multiple"}
+    | {"metadata_json", "created_at", "updated_at"}
+)
+_EXECUTION_WRITES = frozenset(
+    {"workflow_id", "step_name", "state", "scheduled_for", "queue", "priority"}
+    | {"created_at", "updated_at"}
+)
+
+
+def _insert_keys(mapped: Any, writes: frozenset[str]) -> tuple[str, ...]:
+    keys = []
+    for attr in sa_inspect(mapped).column_attrs:
+        column = attr.columns[0]
+        if attr.key == "id":
+            continue
+        if attr.key in writes or (column.default is None and column.server_default is None):
+            keys.append(attr.key)
+    return tuple(keys)
+
+
 @functools.cache
 def _workflow_keys() -> tuple[str, ...]:
-    return tuple(a.key for a in sa_inspect(workflow_model()).column_attrs if a.key != "id")
+    return _insert_keys(workflow_model(), _WORKFLOW_WRITES)
 
 
 @functools.cache
 def _execution_keys() -> tuple[str, ...]:
-    return tuple(a.key for a in sa_inspect(StepExecution).column_attrs if a.key != "id")
+    return _insert_keys(StepExecution, _EXECUTION_WRITES)
 
 
 Hero = tuple[str | None, str | None]  # (hero_type, hero_id)
