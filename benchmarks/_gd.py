@@ -46,6 +46,24 @@ def seed(config: Settings, cls: type, count: int, batch: int = 500) -> None:
         made += min(batch, count - made)
 
 
+class Driver(threading.Thread):
+    """Throughput mode's driver: ``count`` workflows of ``cls``, one transaction each, as a
+    web application starts them. ``cpu_s``: this thread's CPU (``time.thread_time``)."""
+
+    def __init__(self, config: Settings, cls: type, count: int) -> None:
+        super().__init__(name="bench-driver", daemon=True)
+        self.config, self.cls, self.count = config, cls, count
+        self.cpu_s = self.seconds = 0.0
+
+    def run(self) -> None:
+        cpu0, t0 = time.thread_time(), time.perf_counter()
+        with Session(self.config.require_engine()) as session:
+            for _ in range(self.count):
+                self.cls.create(session)
+                session.commit()
+        self.cpu_s, self.seconds = time.thread_time() - cpu0, time.perf_counter() - t0
+
+
 def finished_count(engine: Engine) -> int:
     with engine.connect() as conn:
         return int(

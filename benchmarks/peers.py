@@ -1,4 +1,5 @@
-"""Peers, same workload, same run: geneva-drive vs DBOS, a Celery chain and Procrastinate.
+"""Peers, same workload, same run: geneva-drive vs DBOS, a Celery chain, a bare SQLAlchemy loop
+and Procrastinate, each on a preloaded backlog and (where it has one) in throughput mode.
 
     .venv/bin/python benchmarks/peers.py --workflows 2000 --rounds 5
 
@@ -32,38 +33,59 @@ from _common import (
     start_redis,
 )
 
+# "backlog": every workflow created before the workers start. "throughput": one driver thread
+# starting workflows one transaction (Celery: one apply_async) each while the workers run.
 SYSTEMS = [
-    "geneva-drive (1 worker process)",
-    "geneva-drive (in-process Worker)",
+    "geneva-drive (1 worker process, backlog)",
+    "geneva-drive (1 worker process, throughput)",
+    "geneva-drive (in-process Worker, backlog)",
     "DBOS (queued)",
     "DBOS (loop)",
-    "Celery chain (Redis/prefork)",
+    "Celery chain (Redis/prefork, backlog)",
+    "Celery chain (Redis/prefork, throughput)",
+    "bare SQLAlchemy loop (backlog)",
+    "bare SQLAlchemy loop (throughput)",
     "Procrastinate (defer next)",
 ]
+# Each system's ratio is taken against geneva-drive's run of the same load.
+REFERENCE = {
+    "backlog": SYSTEMS[0],
+    "throughput": SYSTEMS[1],
+}
+
+
+def load_of(system: str) -> str:
+    # DBOS queued enqueues inside its clock, while its workers run: the throughput load.
+    return "throughput" if "throughput" in system or system == "DBOS (queued)" else "backlog"
 
 
 def run_system(system: str, args: argparse.Namespace, server, redis, python: str) -> dict:  # type: ignore[no-untyped-def]
     if system.startswith("geneva-drive"):
-        mode = 1 if "process" in system and "in-process" not in system else 0
+        mode = 0 if "in-process" in system else 1
         ns = argparse.Namespace(
             workflows=args.workflows,
             backend="postgresql",
             concurrency=None,
             durability=args.durability,
             analyze=args.analyze,
+            drive="throughput" in system,
         )
         result = throughput.one_mode(ns, server, mode)
         result["system"] = system
         return result
     if system.startswith("Celery"):
         argv = [python, str(BENCH_DIR / "peers" / "peer_celery.py"), "--redis-url", redis.url]
-        argv += ["--workflows", str(args.workflows)]
+        argv += ["--workflows", str(args.workflows), "--mode", load_of(system)]
         lines = run_json(argv, timeout=900)
         return lines[-1] if lines else {"error": "no output"}
     name, _ = server.create_database("peer")
     try:
         dsn = libpq_dsn(server, name)
-        if system.startswith("DBOS"):
+        if system.startswith("bare"):
+            argv = [sys.executable, str(BENCH_DIR / "peers" / "peer_bare.py")]
+            argv += ["--url", server.url(name), "--dsn", dsn, "--dbname", name]
+            argv += ["--mode", load_of(system)]
+        elif system.startswith("DBOS"):
             argv = [python, str(BENCH_DIR / "peers" / "peer_dbos.py")]
             argv += ["--url", server.url(name, driver="postgresql"), "--dsn", dsn]
             argv += ["--dbname", name, "--mode", "loop" if "loop" in system else "queued"]
@@ -83,10 +105,11 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument(
         "--systems",
-        default="geneva-drive,DBOS,Celery,Procrastinate",
+        default="geneva-drive,DBOS,Celery,bare,Procrastinate",
         help="comma-separated substrings of the system names to run",
     )
-    parser.add_argument("--durability", choices=["durable", "async"], default="async")
+    parser.add_argument("--durability", choices=["durable", "async"], default="durable")
+    parser.add_argument("--transport", choices=["tcp", "unix"], default="tcp")
     parser.add_argument("--analyze", action="store_true", help="see throughput.py --analyze")
     args = parser.parse_args(argv)
     wanted = [w.strip() for w in args.systems.split(",") if w.strip()]
@@ -97,12 +120,12 @@ def main(argv: list[str] | None = None) -> dict:
     except Exception as error:  # a peer that cannot be installed is reported, not hidden
         python = ""
         errors["install"] = f"{type(error).__name__}: {error}"
-        systems = [s for s in systems if s.startswith("geneva-drive")]
-    server = start_postgres(args.durability)
+        systems = [s for s in systems if s.startswith(("geneva-drive", "bare"))]
+    server = start_postgres(args.durability, transport=args.transport)
     redis = start_redis(persistence=False)
     results: dict[str, list[dict]] = {s: [] for s in systems}
     try:
-        emit(bench="machine", **machine(), durability=args.durability)
+        emit(bench="machine", **machine(), durability=args.durability, transport=args.transport)
         for round_no in range(1, args.rounds + 1):
             shift = (round_no - 1) % len(systems)
             for system in systems[shift:] + systems[:shift]:
@@ -132,8 +155,9 @@ def main(argv: list[str] | None = None) -> dict:
             "peak_rss_mb_max": max([r["peak_rss_mb"] for r in ok], default=None),
             "errors": [r["error"] for r in runs if "error" in r],
         }
-    ours = table.get(SYSTEMS[0], {}).get("steps_per_s_median")
-    for row in table.values():
+    for system, row in table.items():
+        row["load"] = load_of(system)
+        ours = table.get(REFERENCE[row["load"]], {}).get("steps_per_s_median")
         theirs = row["steps_per_s_median"]
         row["geneva_drive_ratio"] = round(ours / theirs, 2) if ours and theirs else None
     summary["table"] = table

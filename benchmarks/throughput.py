@@ -49,8 +49,10 @@ def one_mode(args: argparse.Namespace, server, processes: int) -> dict:  # type:
         tmp = Path(tempfile.mkdtemp(prefix="gd-bench-sqlite-"))
         url, name, dsn = _gd.sqlite_url(tmp), None, None
     engine, config = _gd.prepare(url)
+    drive = getattr(args, "drive", False)
     t_seed = time.perf_counter()
-    _gd.seed(config, gd_app.BenchThreeSteps, args.workflows)
+    if not drive:
+        _gd.seed(config, gd_app.BenchThreeSteps, args.workflows)
     seed_s = time.perf_counter() - t_seed
     if args.analyze:
         from sqlalchemy import text
@@ -65,6 +67,8 @@ def one_mode(args: argparse.Namespace, server, processes: int) -> dict:  # type:
     trace_prefix = str(Path(tempfile.mkdtemp(prefix="gd-bench-trace-")) / "trace")
     gd_app.TRACE.clear()
     if processes == 0:
+        if drive:
+            raise SystemExit("--drive runs worker processes: pass --processes 1 (or more)")
         run = _gd.run_in_process(config, args.workflows, args.concurrency)
         trace = list(gd_app.TRACE)
         cpu = self_gauges()["cpu_s"] - cpu0
@@ -78,9 +82,14 @@ def one_mode(args: argparse.Namespace, server, processes: int) -> dict:  # type:
         finally:
             del os.environ["GD_BENCH_TRACE"]
         started = time.time() - (time.perf_counter() - t0)
+        driver = _gd.Driver(config, gd_app.BenchThreeSteps, args.workflows) if drive else None
         try:
+            if driver is not None:
+                driver.start()
             run = _gd.run_processes(engine, procs, args.workflows, started, t0)
         finally:
+            if driver is not None:
+                driver.join()
             _gd.stop_processes(procs)
         trace = _gd.read_traces(trace_prefix)
         cpu = sum(g["cpu_s"] for g in run.gauges)
@@ -104,9 +113,13 @@ def one_mode(args: argparse.Namespace, server, processes: int) -> dict:  # type:
     result = {
         "bench": "throughput",
         "system": "geneva-drive",
+        # backlog: every workflow created before the workers start; throughput: one driver
+        # thread creating them one transaction each while the workers run.
+        "load": "throughput" if drive else "backlog",
         "backend": args.backend,
         "durability": args.durability if args.backend == "postgresql" else None,
         "mode": "in-process Worker" if processes == 0 else f"{processes} worker process(es)",
+        "transport": server.transport if server is not None else None,
         "processes": processes,
         "concurrency": args.concurrency,
         "workflows": args.workflows,
@@ -136,6 +149,10 @@ def one_mode(args: argparse.Namespace, server, processes: int) -> dict:  # type:
             "max_s": round(max(first), 3),
         },
         "seed_s": round(seed_s, 2),
+        "driver_cpu_ms_per_workflow": (
+            round(driver.cpu_s * 1000 / args.workflows, 3) if drive and driver else None
+        ),
+        "driver_s": round(driver.seconds, 3) if drive and driver else None,
         "analyzed": args.analyze,
     }
     if processes == 0:
@@ -155,7 +172,14 @@ def main(argv: list[str] | None = None) -> list[dict]:
         help="comma-separated modes: 0 = in-process Worker, k = k worker processes",
     )
     parser.add_argument("--concurrency", type=int, default=None, help="threads per worker")
-    parser.add_argument("--durability", choices=["durable", "async"], default="async")
+    parser.add_argument("--durability", choices=["durable", "async"], default="durable")
+    parser.add_argument("--transport", choices=["tcp", "unix"], default="tcp")
+    parser.add_argument(
+        "--drive",
+        action="store_true",
+        help="throughput mode: a driver thread creates the workflows one transaction each "
+        "while the workers run (default: a backlog created before they start)",
+    )
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument(
         "--analyze",
@@ -165,7 +189,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
     )
     args = parser.parse_args(argv)
     modes = [int(m) for m in args.processes.split(",")]
-    server = start_postgres(args.durability) if args.backend == "postgresql" else None
+    server = (
+        start_postgres(args.durability, transport=args.transport)
+        if args.backend == "postgresql"
+        else None
+    )
     results = []
     try:
         emit(bench="machine", **machine())

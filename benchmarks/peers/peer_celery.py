@@ -2,8 +2,11 @@
 
 Run by ``benchmarks/peers.py``:
     .venv-peers/bin/python benchmarks/peers/peer_celery.py --redis-url URL --workflows 2000
-All chains are sent first; then a ``celery worker --pool prefork --concurrency <nproc>``
-starts, and the clock runs from its ``worker_ready`` signal to the last chain's end.
+``--mode backlog``: all chains are sent first; then a ``celery worker --pool prefork
+--concurrency <nproc>`` starts, and the clock runs from its ``worker_ready`` signal to the
+last chain's end. ``--mode throughput``: the worker starts first, and this script's one
+thread sends the chains one by one (one ``apply_async`` each) while it runs; the clock runs
+from ``worker_ready`` to the last chain's end.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ def main() -> None:
     parser.add_argument("--redis-url", required=True)
     parser.add_argument("--workflows", type=int, default=2000)
     parser.add_argument("--concurrency", type=int, default=os.cpu_count() or 2)
+    parser.add_argument("--mode", choices=["backlog", "throughput"], default="backlog")
     args = parser.parse_args()
     os.environ["GD_BENCH_REDIS_URL"] = args.redis_url
 
@@ -37,11 +41,14 @@ def main() -> None:
 
     client = redis.Redis.from_url(args.redis_url)
     client.flushdb()
-    t_send = time.perf_counter()
-    for i in range(args.workflows):
-        chain(one.si(i), two.si(i), three.si(i)).apply_async()
-    send_s = time.perf_counter() - t_send
-    app.close()
+
+    def send() -> float:
+        t_send = time.perf_counter()
+        for i in range(args.workflows):
+            chain(one.si(i), two.si(i), three.si(i)).apply_async()
+        return time.perf_counter() - t_send
+
+    send_s = send() if args.mode == "backlog" else 0.0
 
     worker = subprocess.Popen(
         [
@@ -75,6 +82,9 @@ def main() -> None:
         raise SystemExit("celery worker exited before it was ready")
     threading.Thread(target=lambda: [None for _ in worker.stderr], daemon=True).start()
     t0 = time.perf_counter()
+    if args.mode == "throughput":
+        send_s = send()
+    app.close()
     try:
         while int(client.get("gdbench:done") or 0) < args.workflows:
             if time.perf_counter() - t0 > 600:
@@ -92,6 +102,7 @@ def main() -> None:
     emit(
         bench="throughput",
         system="Celery chain (Redis/prefork)",
+        load=args.mode,
         workflows=args.workflows,
         steps=steps,
         seconds=round(seconds, 3),

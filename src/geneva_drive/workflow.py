@@ -11,27 +11,23 @@ import contextlib
 import difflib
 import logging
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import timedelta
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
-from sqlalchemy import inspect as sa_inspect
-from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import InstanceState, Mapper, Session, object_session
+from sqlalchemy.orm import Mapper, Session, object_session
 
-from . import queries, serialization, writer
+from . import queries, serialization, starting
 from .backends.base import job_option_problem
-from .config import settings
 from .errors import (
     InvalidStateError,
     SerializationError,
     StepConfigurationError,
     StepNotDefinedError,
-    WorkflowAlreadyOngoing,
 )
 from .flow import Action, FlowControl
 from .heroes import resolve_hero_class
-from .limits import MAX_HERO_ID, MAX_HERO_TYPE, MAX_WORKFLOW_TYPE, duration_problem
+from .limits import MAX_WORKFLOW_TYPE, duration_problem
 from .models import WORKFLOWS, Base, Signal, StepExecution, WorkflowColumns, workflow_table_args
 from .policy import ExceptionPolicy
 from .states import ExecutionState, Outcome, WorkflowState
@@ -123,80 +119,41 @@ class Workflow(WorkflowColumns, Base):
         hero: Any = None,
         allow_multiple: bool = False,
         step_job_options: dict[str, Any] | None = None,
-    ) -> Workflow:
+    ) -> Self:
         """Start a workflow inside ``session``'s transaction; its first step runs after commit."""
-        if cls is Workflow:
-            raise StepConfigurationError(
-                "Workflow.create(): create a subclass of Workflow that declares steps"
-            )
-        check_job_options(cls, settings().backend)
-        queries.coordination.take_write_lock(session)  # SQLite: before any read
-        workflow = cls()
-        workflow.allow_multiple = allow_multiple
-        workflow._set_hero(session, hero)
-        if step_job_options:  # checked before the workflow is in the session: nothing written
-            workflow.step_job_options = step_job_options
-        identity = cls.__mapper_args__["polymorphic_identity"]
-        if not allow_multiple and workflow.hero_type is not None:
-            existing = queries.find_ongoing_duplicate(
-                session, identity, workflow.hero_type, workflow.hero_id
-            )
-            if existing is not None:
-                raise workflow._already_ongoing(existing)
-        try:
-            # A savepoint, so that losing the race on the unique index leaves the caller's
-            # transaction usable (PostgreSQL would otherwise abort the whole transaction).
-            with session.begin_nested():
-                session.add(workflow)
-                session.flush()
-        except IntegrityError as error:
-            raise workflow._already_ongoing(None) from error
-        writer.begin(session, workflow, settings().clock.now())
-        session.flush()
-        workflow.logger.info("created with %d step(s)", len(cls.steps))
-        return workflow
+        return starting.create(
+            cls,
+            session,
+            hero=hero,
+            allow_multiple=allow_multiple,
+            step_job_options=step_job_options,
+        )
 
-    def _already_ongoing(self, existing_id: int | None) -> WorkflowAlreadyOngoing:
-        which = f" (id={existing_id})" if existing_id is not None else ""
-        return WorkflowAlreadyOngoing(
-            f"{type(self).__name__}: an ongoing workflow{which} already exists for hero "
-            f"{self.hero_type} id={self.hero_id}; wait for it to finish, cancel it, or pass "
-            "allow_multiple=True"
+    @classmethod
+    def create_many(
+        cls,
+        session: Session,
+        *,
+        heroes: Iterable[Any] | None = None,
+        count: int | None = None,
+        allow_multiple: bool = False,
+        step_job_options: dict[str, Any] | None = None,
+        raise_on_conflict: bool = False,
+    ) -> starting.StartResult:
+        """Start one workflow per hero (or ``count`` hero-less ones) in ``session``'s
+        transaction, in a few multi-row INSERTs; heroes that already have an ongoing workflow
+        of this class are listed in the result's ``conflicts``."""
+        return starting.create_many(
+            cls,
+            session,
+            heroes=heroes,
+            count=count,
+            allow_multiple=allow_multiple,
+            step_job_options=step_job_options,
+            raise_on_conflict=raise_on_conflict,
         )
 
     # -- the hero ------------------------------------------------------------------------
-
-    def _set_hero(self, session: Session, hero: Any) -> None:
-        name = type(self).__name__
-        if hero is None:
-            if not type(self).may_proceed_without_hero:
-                # Its first step's hero check would cancel it straight away, for no stated
-                # reason: refuse here, where the cause is.
-                raise StepConfigurationError(
-                    f"{name}.create(hero=None): {name} needs a hero — without one it would be "
-                    f"canceled at its first step; pass hero=<a mapped instance>, or set "
-                    f"may_proceed_without_hero = True on {name} for a workflow without a hero"
-                )
-            self.hero_type = self.hero_id = None
-            return
-        state = _hero_state(name, hero)
-        if state.identity is None:
-            _flush_new_hero(session, name, hero)
-        if state.identity is None:  # pragma: no cover - a flush always assigns the key
-            raise StepConfigurationError(f"{name}.create(hero=...): {hero!r} has no primary key")
-        hero_type, hero_id = type(hero).__name__, str(state.identity[0])
-        for what, value, limit in (
-            ("class name", hero_type, MAX_HERO_TYPE),
-            ("primary key", hero_id, MAX_HERO_ID),
-        ):
-            if len(value) > limit:
-                raise StepConfigurationError(
-                    f"{name}.create(hero=...): the hero's {what} {value[:40]!r}… is {len(value)} "
-                    f"characters long, over the limit of {limit} (the length of the column "
-                    "that stores it); use a hero with a shorter key, or a shorter class name"
-                )
-        self.hero_type, self.hero_id = hero_type, hero_id
-        self.__dict__["_gd_hero"] = hero
 
     @property
     def hero(self) -> Any:
@@ -307,12 +264,9 @@ class Workflow(WorkflowColumns, Base):
 
     @step_job_options.setter
     def step_job_options(self, options: dict[str, Any] | None) -> None:
-        label = f"{type(self).__name__}.step_job_options"
-        validated = validate_job_options(options or None, label)
-        problem = job_option_problem(settings().backend, validated or ())
-        if problem is not None:
-            raise StepConfigurationError(f"{label}: {problem}")
-        self.write_metadata("step_job_options", validated or None)
+        self.write_metadata(
+            "step_job_options", starting.checked_step_job_options(type(self), options)
+        )
 
     def merged_job_options(self, step_def: StepDefinition) -> dict[str, Any]:
         """Class options, then this instance's, then the step's: later wins."""
@@ -611,61 +565,6 @@ def _check_skip_if_name(cls: type[Workflow], definition: StepDefinition) -> None
     )
 
 
-def _hero_state(name: str, hero: Any) -> InstanceState[Any]:
-    """The ORM state of a hero passed to ``create()``; refuses what cannot be one."""
-    where = f"{name}.create(hero=...)"
-    if isinstance(hero, type):
-        raise StepConfigurationError(
-            f"{where}: got the class {hero.__name__} itself; pass an instance, e.g. "
-            f"hero=session.get({hero.__name__}, id)"
-        )
-    try:
-        state = sa_inspect(hero)
-        state.mapper  # noqa: B018 — raises for objects that are inspectable but not instances
-    except Exception:
-        raise StepConfigurationError(
-            f"{where}: the hero must be an instance of a mapped SQLAlchemy class, got {hero!r}"
-        ) from None
-    if not isinstance(state, InstanceState):
-        raise StepConfigurationError(
-            f"{where}: the hero must be an instance of a mapped SQLAlchemy class, got {hero!r}"
-        )
-    if len(state.mapper.primary_key) != 1:
-        raise StepConfigurationError(
-            f"{where}: {type(hero).__name__} has a composite primary key; heroes need a "
-            "single-column key (int, str or UUID)"
-        )
-    if state.deleted or state.was_deleted:
-        raise StepConfigurationError(
-            f"{where}: {type(hero).__name__} {hero!r} has been deleted in this session; a "
-            "workflow needs a hero that exists"
-        )
-    return state
-
-
-def _flush_new_hero(session: Session, name: str, hero: Any) -> None:
-    """Give a hero that was never saved its primary key: add it to ``session`` and flush.
-
-    In a savepoint, so that a hero the database refuses leaves the caller's transaction as it
-    was (nothing written, still usable).
-    """
-    other = object_session(hero)
-    if other is not None and other is not session:
-        raise StepConfigurationError(
-            f"{name}.create(hero=...): the hero {hero!r} is new (no primary key yet) and "
-            "belongs to another session; flush it there first, or create the workflow in that "
-            "session"
-        )
-    try:
-        with session.begin_nested():
-            session.add(hero)
-            session.flush()
-    except Exception as error:
-        raise StepConfigurationError(
-            f"{name}.create(hero=...): the hero {hero!r} had no primary key yet, so it was "
-            f"added to the session and flushed, which failed: {type(error).__name__}: {error}; "
-            "save the hero yourself first (session.add(hero); session.flush())"
-        ) from error
 
 
 __all__ = ["ExecutionState", "Outcome", "StepNotDefinedError", "Workflow"]

@@ -33,6 +33,8 @@ class EnqueuedStep:
     step_name: str
     scheduled_for: datetime
     job_options: dict[str, Any] = field(default_factory=dict)
+    # Its wake-up already went out inside the writing transaction (see ``starting``).
+    notified: bool = False
 
     @classmethod
     def for_execution(
@@ -111,6 +113,9 @@ def enqueue_after_commit(session: Session, step: EnqueuedStep) -> None:
     if not enqueues_deferred(config) or not session.in_transaction():
         _deliver([(step, config)])
         return
+    from ..starting import wake_with_commit  # late: starting imports this module
+
+    step = wake_with_commit(session, step)  # PostgreSQL: NOTIFY with the caller's commit
     if _LISTENING not in session.info:
         # Per-session listeners (nothing global is installed); they stay for the session's
         # life because SQLAlchemy forbids removing a listener while it is being dispatched.

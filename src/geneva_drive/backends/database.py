@@ -59,13 +59,17 @@ class DatabaseBackend:
         finally:
             self._local.take = previous
 
+    def continues_here(self) -> bool:
+        """Whether this thread is a worker's step thread (it may take what it schedules)."""
+        return getattr(self._local, "take", None) is not None
+
     def enqueue(self, step: EnqueuedStep) -> None:
         take = getattr(self._local, "take", None)
         if take is not None and take(step):
             return  # this worker thread runs it next; nobody else needs waking
         for wakeup in list(self._wakeups):
             wakeup.set()
-        if self.notify:
+        if self.notify and not step.notified:  # else its NOTIFY went with the commit
             self._notify(step)
 
     def _notify(self, step: EnqueuedStep) -> None:
@@ -75,7 +79,8 @@ class DatabaseBackend:
         # not take the row, so a chain of steps on one worker sends no NOTIFY at all; (3) an
         # application's own commit never queues on PostgreSQL's notification-queue lock. The
         # cost is a lost wake-up if this process dies between commit and NOTIFY: the row is
-        # still there and the next poll finds it.
+        # still there and the next poll finds it. (Starts and signals from an application's
+        # own transaction NOTIFY inside it instead: ``starting.wake_with_commit``.)
         config = settings()
         engine = config.engine
         if engine is None or engine.dialect.name != "postgresql":
