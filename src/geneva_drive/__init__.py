@@ -20,6 +20,7 @@ from .errors import (
     StepExecutionError,
     StepNotDefinedError,
     UnitOfWorkError,
+    WorkerCrashed,
     WorkflowAlreadyOngoing,
     WorkflowNotOngoing,
 )
@@ -57,6 +58,7 @@ __all__ = [
     "StepNotDefinedError",
     "SystemClock",
     "UnitOfWorkError",
+    "WorkerCrashed",
     "Workflow",
     "WorkflowAlreadyOngoing",
     "WorkflowNotOngoing",

@@ -113,10 +113,10 @@ def configure(**changes: Any) -> Settings:
     with _lock:
         candidate = replace(_current, **changes)
         if candidate.backend is None:
-            from .backends.database import DatabaseBackend
+            from .backends.database import DatabaseBackend  # late: backends read settings
 
             candidate = replace(candidate, backend=DatabaseBackend())
-        from .workflow import check_registered_job_options
+        from .workflow import check_registered_job_options  # late: workflow reads settings
 
         check_registered_job_options(candidate.backend)  # before anything changes
         _current = candidate

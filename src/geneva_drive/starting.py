@@ -188,7 +188,7 @@ def create(
 
 
 def _check_creatable(cls: type[Workflow]) -> None:
-    from .workflow import Workflow, check_job_options
+    from .workflow import Workflow, check_job_options  # late: workflow is built on starting
 
     if cls is Workflow:
         raise StepConfigurationError(

@@ -25,11 +25,14 @@ from .errors import (
     StepConfigurationError,
     StepNotDefinedError,
 )
+from .events import workflow_logger
 from .flow import Action, FlowControl
 from .heroes import resolve_hero_class
 from .limits import MAX_WORKFLOW_TYPE, duration_problem
 from .models import WORKFLOWS, Base, Signal, StepExecution, WorkflowColumns, workflow_table_args
+from .operations import cancel_workflow, pause_workflow, resume_workflow, skip_workflow
 from .policy import ExceptionPolicy
+from .signals import deliver_signal
 from .states import ExecutionState, Outcome, WorkflowState
 from .steps import (
     StepCollection,
@@ -235,8 +238,6 @@ class Workflow(WorkflowColumns, Base):
 
     @property
     def logger(self) -> logging.LoggerAdapter[logging.Logger]:
-        from .events import workflow_logger
-
         return workflow_logger(self)
 
     # -- metadata and job options --------------------------------------------------------
@@ -336,7 +337,6 @@ class Workflow(WorkflowColumns, Base):
         """Inside a step: stop and cancel. Outside: cancel this workflow in your transaction."""
         if self._in_step:
             raise FlowControl(Action.CANCEL)
-        from .operations import cancel_workflow
 
         cancel_workflow(self)
 
@@ -344,7 +344,6 @@ class Workflow(WorkflowColumns, Base):
         """Inside a step: stop and pause. Outside: pause; a running step finishes first."""
         if self._in_step:
             raise FlowControl(Action.PAUSE)
-        from .operations import pause_workflow
 
         pause_workflow(self)
 
@@ -352,14 +351,11 @@ class Workflow(WorkflowColumns, Base):
         """Inside a step: stop and move on. Outside: skip the current step of a ready/paused one."""
         if self._in_step:
             raise FlowControl(Action.SKIP)
-        from .operations import skip_workflow
 
         skip_workflow(self)
 
     def resume(self) -> StepExecution | None:
         """Continue a paused workflow; returns the execution that will run next."""
-        from .operations import resume_workflow
-
         return resume_workflow(self)
 
     @classmethod
@@ -368,14 +364,12 @@ class Workflow(WorkflowColumns, Base):
 
         ``session``: the hero's own session unless given. See ``geneva_drive.admin.for_hero``.
         """
-        from .admin.find import ongoing_for
+        from .admin.find import ongoing_for  # late: the admin layer is built on this module
 
         return ongoing_for(cls, hero, session)
 
     def signal(self, name: str, payload: Any = None, idempotency_key: str | None = None) -> Signal:
         """Deliver an event to this workflow, inside the caller's transaction."""
-        from .signals import deliver_signal
-
         return deliver_signal(self, name, payload=payload, idempotency_key=idempotency_key)
 
     def __repr__(self) -> str:
@@ -563,8 +557,6 @@ def _check_skip_if_name(cls: type[Workflow], definition: StepDefinition) -> None
         f"skip_if={name!r} names no method or attribute of {cls.__name__}; {hint}define "
         f"def {name}(self) -> bool on the class, or pass a callable (workflow) -> bool"
     )
-
-
 
 
 __all__ = ["ExecutionState", "Outcome", "StepNotDefinedError", "Workflow"]

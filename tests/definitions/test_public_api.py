@@ -31,6 +31,7 @@ EXPECTED_PUBLIC_NAMES = [
     "StepNotDefinedError",
     "SystemClock",
     "UnitOfWorkError",
+    "WorkerCrashed",
     "Workflow",
     "WorkflowAlreadyOngoing",
     "WorkflowNotOngoing",

@@ -31,6 +31,7 @@ from ..models import StepExecution
 from ..outcomes import Next
 from ..queries import admin as q
 from ..states import ExecutionState, WorkflowState
+from ..workflow import Workflow
 from .errors import AdminInputError, AdminNotFound, AdminRefused
 from .filters import WorkflowFilter
 from .find import find
@@ -413,8 +414,6 @@ def _would_refuse(session: Session, action: str, workflow_id: int) -> str | None
 
 
 def _workflow_model() -> type[Workflow]:
-    from ..workflow import Workflow
-
     return Workflow
 
 

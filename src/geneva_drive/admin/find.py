@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session, object_session
 
 from ..queries import admin as q
 from ..states import ONGOING_WORKFLOW_STATES
+from ..workflow import Workflow
 from .errors import AdminInputError
 from .filters import WorkflowFilter
 
@@ -114,8 +115,6 @@ def count(
 
 def for_hero(session: Session, hero: Any, *, ongoing_only: bool = False) -> list[Workflow]:
     """Every workflow (of any class) about ``hero``, oldest first."""
-    from ..workflow import Workflow
-
     return _of_hero(Workflow, session, hero, ongoing_only=ongoing_only)
 
 

@@ -13,6 +13,7 @@ from .. import serialization
 from ..models import TIMEOUT_FOR
 from ..queries import admin as q
 from ..states import ExecutionState, Outcome
+from ..workflow import Workflow
 from .errors import AdminInputError, AdminNotFound
 from .find import WorkflowSummary, summaries
 
@@ -127,8 +128,6 @@ def show(session: Session, workflow_id: int, *, max_executions: int = 1000) -> T
 
 
 def _step_names(workflow_type: str) -> tuple[str, ...]:
-    from ..workflow import Workflow
-
     mapper = Workflow.__mapper__.polymorphic_map.get(workflow_type)
     cls = mapper.class_ if mapper is not None else Workflow
     return tuple(d.name for d in cls.steps if d.name)
