@@ -150,6 +150,7 @@ class Outages:
         self._cap = cap
         self._lock = threading.Lock()
         self._since: float | None = None
+        self._back_at = float("-inf")  # when the last outage ended
         self._delay = first
         self.count = 0  # outages seen
         self.failures = 0  # failed attempts, over all outages
@@ -158,10 +159,18 @@ class Outages:
     def ongoing(self) -> bool:
         return self._since is not None
 
-    def failed(self, error: BaseException) -> float:
-        """Record a failed attempt; returns the pause before the next one."""
+    def failed(self, error: BaseException, started: float | None = None) -> float:
+        """Record a failed attempt; returns the pause before the next one.
+
+        ``started`` (``time.monotonic()`` when the attempt began): an attempt that began
+        before the last outage ended — one thread's claim, the heartbeat, LISTEN, on a
+        connection from before — fails late, after another thread already saw the database
+        back. That is the old outage's tail, not a new outage.
+        """
         with self._lock:
             self.failures += 1
+            if self._since is None and started is not None and started <= self._back_at:
+                return self._first
             if self._since is None:
                 self._since = time.monotonic()
                 self._delay = self._first
@@ -179,6 +188,7 @@ class Outages:
         with self._lock:  # uncontended but for an outage's end: cheap next to a claim
             if self._since is None:
                 return
-            lasted = time.monotonic() - self._since
+            self._back_at = time.monotonic()
+            lasted = self._back_at - self._since
             self._since = None
             self._log.info("database is back after %.1f s; carrying on", lasted)

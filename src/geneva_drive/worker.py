@@ -406,11 +406,12 @@ class Worker:
                 if self._until is not None and self._until():
                     self.stop()
                     return
+                started = time.monotonic()
                 try:
                     self._survey()
                     timeout, due = self._next_wake()
                 except Exception as error:
-                    self._pause_after(error)
+                    self._pause_after(error, started)
                     continue
                 with self._count_lock:
                     self.idle_waits += 1
@@ -418,6 +419,7 @@ class Worker:
 
     def _attempt(self, taken: list[int]) -> bool | None:
         """:meth:`_claim_and_run`; None if it failed (after the pause that follows)."""
+        started = time.monotonic()
         try:
             return self._claim_and_run(taken)
         except Exception as error:
@@ -429,7 +431,7 @@ class Worker:
             # the pause: during an outage the pause grows to seconds, and the heartbeat
             # would keep renewing a row whose hand-back failed, delaying its recovery.
             self.running.finished()
-        self._pause_after(failure)
+        self._pause_after(failure, started)
         return None
 
     def _claim_and_run(self, taken: list[int]) -> bool:
@@ -444,10 +446,10 @@ class Worker:
                 self._count(eager=True)
         return ran
 
-    def _pause_after(self, error: Exception) -> None:
+    def _pause_after(self, error: Exception, started: float) -> None:
         """A failed claim: a lost database is retried with backoff and reported once."""
         if is_outage(error):
-            self._stopping.wait(self.outages.failed(error))
+            self._stopping.wait(self.outages.failed(error, started))
             return
         log.exception("worker loop error; retrying after a pause")
         self._stopping.wait(self.poll_interval)
@@ -544,11 +546,12 @@ class Worker:
         next_housekeeping = time.monotonic() + every.total_seconds() if every else None
         while not self._done.wait(interval):
             for task in (self.heartbeat, self.recover_expired_leases):
+                started = time.monotonic()
                 try:
                     task()
                 except Exception as error:
                     if is_outage(error):
-                        self.outages.failed(error)  # said once per outage, by the step threads
+                        self.outages.failed(error, started)  # said once per outage
                         continue
                     log.exception("worker maintenance (%s) failed; retrying", task.__name__)
             if every and next_housekeeping is not None and time.monotonic() >= next_housekeeping:

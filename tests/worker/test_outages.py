@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -117,3 +118,22 @@ def test_an_outage_while_running_is_one_line_each_way_and_the_worker_carries_on(
     tracebacks = [r for r in caplog.records if r.name.startswith("geneva_drive") and r.exc_info]
     assert tracebacks == []
     assert worker.outages.count == 1
+
+
+def test_an_attempt_begun_before_the_database_came_back_that_fails_late_is_no_new_outage(caplog):
+    # Thread A's claim starts during the outage on a dead connection; thread B sees the
+    # database back; A's attempt then fails. That is the old outage's tail: one line each way.
+    from geneva_drive.startup import Outages
+
+    outages = Outages(logging.getLogger("geneva_drive.test_outages"))
+    error = ConnectionError("server closed the connection unexpectedly")
+    with caplog.at_level(logging.INFO, logger="geneva_drive.test_outages"):
+        outages.failed(error, started=0.0)
+        begun_during_outage = time.monotonic()
+        outages.ok()
+        outages.failed(error, started=begun_during_outage)
+        assert not outages.ongoing
+        outages.failed(error, started=time.monotonic())  # begun after: a new outage
+    assert outages.count == 2
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 2
