@@ -4,14 +4,24 @@ from __future__ import annotations
 
 import json
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
-from geneva_drive import admin
+from geneva_drive import Workflow, admin, resumable_step
 from geneva_drive.admin import AdminNotFound
 from geneva_drive.testing import perform_next_step
 from tests.admin.apps import AdminFlaky, AdminThreeSteps, AdminWaits
 from tests.support.app import Order
+
+
+class AdminShowResumable(Workflow):
+    """Ten items, four a run, committed every three: runs of 4, 4 and 2 iterations."""
+
+    @resumable_step(max_iterations=4, checkpoint_every=3)
+    def walk(self, it: Any) -> None:
+        for _ in it.iterate_over(range(10)):
+            pass
 
 
 def test_show_lists_every_execution_in_order_with_attempts_errors_and_durations(
@@ -120,3 +130,17 @@ def test_to_json_gives_plain_json_values(session, make):
     assert data["wait_deadline"].endswith("+00:00")
     assert isinstance(data["executions"], list) and "approved" in text
     assert admin.to_json(admin.count(session)) == {"value": 1, "exact": True}
+
+
+def test_each_run_of_a_resumable_step_shows_how_many_iterations_it_checkpointed(session, make):
+    # The first two runs stop at max_iterations (their last checkpoint commits the count);
+    # the third ends its loop between batched commits (the count lands with the step's end).
+    wf = make(AdminShowResumable, run=3)
+
+    runs = admin.show(session, wf.id).executions
+
+    assert [(e.outcome, e.iterations, e.cursor) for e in runs] == [
+        ("continued", 4, 4),
+        ("continued", 4, 8),
+        ("success", 2, 10),
+    ]
