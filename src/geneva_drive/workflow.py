@@ -565,6 +565,4 @@ def _check_skip_if_name(cls: type[Workflow], definition: StepDefinition) -> None
     )
 
 
-
-
 __all__ = ["ExecutionState", "Outcome", "StepNotDefinedError", "Workflow"]

@@ -144,3 +144,21 @@ def test_each_run_of_a_resumable_step_shows_how_many_iterations_it_checkpointed(
         ("continued", 4, 8),
         ("success", 2, 10),
     ]
+
+
+def test_a_waiting_workflow_says_since_when_it_waits_in_show_and_in_find(session, make, clock):
+    wf = make(AdminWaits, run=1)
+    parked_at = clock.advance(minutes=10)
+    perform_next_step(wf)  # parks "approve", waiting for "approved"
+    session.commit()
+    clock.advance(hours=1)
+    other = make(AdminThreeSteps, run=1)
+
+    timeline = admin.show(session, wf.id)
+    page = admin.find(session, admin.WorkflowFilter(ids=(wf.id, other.id)))
+
+    assert timeline.workflow.waiting_since == parked_at
+    parked = next(e for e in timeline.executions if e.state == "waiting")
+    assert parked.waiting_since == parked_at
+    since = {item.id: item.waiting_since for item in page.items}
+    assert since == {wf.id: parked_at, other.id: None}

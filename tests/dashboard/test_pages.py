@@ -6,9 +6,10 @@ import re
 
 from sqlalchemy import select
 
-from geneva_drive import Signal, Workflow
-from geneva_drive.testing import speedrun
-from tests.dashboard.apps import DashOrderFlow, Scenario
+from geneva_drive import Signal, Workflow, admin
+from geneva_drive.dashboard.format import timestamp
+from geneva_drive.testing import perform_next_step, speedrun
+from tests.dashboard.apps import DashOrderFlow, DashResumable, Scenario
 from tests.dashboard.conftest import allow_everything, csrf
 from tests.support.app import Order
 
@@ -130,6 +131,32 @@ def test_the_waiting_page_lists_what_waits_for_which_signal(client_for, scenario
     assert "<strong>approval</strong>" in html and "<strong>verified</strong>" in html
     only = client.get("/waiting", params={"signal": "approval"}).text
     assert ids_listed(only) == [scenario.waiting]
+
+
+def test_the_waiting_page_says_since_when_each_workflow_waits(client_for, session, scenario, gd):
+    parked_at = admin.show(session, scenario.waiting).workflow.waiting_since
+    assert parked_at is not None
+    gd.clock.advance(minutes=90)
+
+    html = client_for().get("/waiting").text
+
+    assert "Waiting since" in html and "Last change" not in html
+    row = html.split(f'data-workflow-id="{scenario.waiting}"', 1)[1].split("</tr>", 1)[0]
+    assert f"<td data-waiting-since>{timestamp(parked_at)} (" in row
+    assert "1 h 30 min ago" in row
+
+
+def test_the_workflow_page_shows_each_resumable_run_s_iteration_count(client_for, session):
+    wf = DashResumable.create(session, hero=Order(status="new"))
+    for _ in range(3):
+        perform_next_step(wf)
+    session.commit()
+
+    html = client_for().get(f"/workflows/{wf.id}").text
+
+    progress = re.findall(r"<div class=\"progress\" data-progress>(.*?)</div>", html, re.S)
+    counts = [re.search(r"progress: (\d+) iterations? in this run", p) for p in progress]
+    assert [int(c.group(1)) for c in counts if c] == [3, 3, 1]
 
 
 def test_a_signal_sent_from_the_page_reaches_the_waiting_workflow(client_for, session, scenario):

@@ -191,17 +191,21 @@ def capped_count(session: Session, where: WorkflowFilter, cap: int) -> int:
     return int(session.execute(select(func.count()).select_from(matching)).scalar_one())
 
 
-def waits_of(session: Session, workflow_ids: Sequence[int]) -> dict[int, tuple[Any, Any]]:
-    """``{workflow id: (awaiting_signal, wait_deadline)}`` of their waiting executions."""
+def waits_of(session: Session, workflow_ids: Sequence[int]) -> dict[int, tuple[Any, Any, Any]]:
+    """``{workflow id: (awaiting_signal, wait_deadline, waiting_since)}`` of their waiting
+    executions."""
     if not workflow_ids:
         return {}
     stmt = select(
-        StepExecution.workflow_id, StepExecution.awaiting_signal, StepExecution.wait_deadline
+        StepExecution.workflow_id,
+        StepExecution.awaiting_signal,
+        StepExecution.wait_deadline,
+        StepExecution.waiting_since,
     ).where(
         StepExecution.workflow_id.in_(workflow_ids),
         in_state(StepExecution.state, ExecutionState.WAITING),
     )
-    return {row[0]: (row[1], row[2]) for row in session.execute(stmt)}
+    return {row[0]: (row[1], row[2], row[3]) for row in session.execute(stmt)}
 
 
 def last_errors_of(session: Session, workflow_ids: Sequence[int]) -> dict[int, str | None]:
