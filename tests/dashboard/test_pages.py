@@ -30,6 +30,27 @@ def test_the_overview_shows_ongoing_workflows_per_class_and_the_last_hour(
     assert 'data-refresh="' in html  # refreshes live
 
 
+def test_the_overview_draws_the_last_hours_outcomes_as_an_inline_svg_sparkline(
+    client_for, scenario: Scenario, gd
+):
+    gd.clock.advance(minutes=7)  # the scenario's steps ended 5-10 minutes ago: bucket 10
+
+    html = client_for().get("/").text
+
+    svg = re.search(r"<svg class=\"sparkline\"[^>]*>(.*?)</svg>", html, re.S)
+    assert svg is not None
+    assert 'role="img" aria-label="Step outcomes over the last hour, per 5 minutes (' in html
+    titles = re.findall(r"<g data-bucket=\"(\d+)\"><title>(.*?)</title>", svg.group(1))
+    assert len(titles) == 12
+    busy = {
+        int(n): label.split(": ", 1)[1]
+        for n, label in titles
+        if "0 succeeded, 0 failed" not in label
+    }
+    assert busy == {10: "4 succeeded, 1 failed, 0 other"}
+    assert svg.group(1).count('class="o-failed"') == 1
+
+
 def test_the_workflows_page_lists_the_filtered_workflows_newest_first(client_for, scenario):
     client = client_for()
     everything = client.get("/workflows").text
