@@ -57,6 +57,7 @@ class _LostExecution(BaseException):
 
 _NEVER = float("inf")
 _STOPPED = frozenset({WorkflowState.PAUSED.value, WorkflowState.CANCELED.value})
+ITERATIONS = "iterations"  # an execution's metadata: the checkpoints its run counted
 
 
 class IterableStep:
@@ -214,6 +215,7 @@ class IterableStep:
     def _commit(self, *, read_workflow: bool) -> bool:
         """Commit the work since the last checkpoint with the cursor; True: workflow stopped."""
         encoded = self._encoded_cursor()
+        metadata = self._counted_metadata()
         now = self._clock.now()
         owned, state = queries.checkpoint_execution(
             self._session,
@@ -223,6 +225,7 @@ class IterableStep:
             now,
             encoded,
             read_workflow=read_workflow,
+            metadata=metadata,
         )
         if not owned:
             # Recovered from under us (our lease expired): this run is now the duplicate.
@@ -230,6 +233,7 @@ class IterableStep:
             raise _LostExecution()
         # Written with Core: tell the ORM the row holds these now, so it has nothing to flush.
         set_committed_value(self._execution, "cursor", encoded)
+        set_committed_value(self._execution, "metadata_json", metadata)
         set_committed_value(self._execution, "updated_at", now)
         # The work since the last checkpoint lands with its cursor (passing the step guard).
         unit_of_work.commit(self._session)
@@ -239,8 +243,18 @@ class IterableStep:
         return read_workflow and state in _STOPPED
 
     def record_cursor(self) -> None:
-        """Write the cursor to the execution (size-checked); it commits with the session."""
+        """Write the cursor (size-checked) and the iteration count to the execution; they
+        commit with the session (no extra UPDATE when the last checkpoint stored both)."""
         self._execution.cursor = self._encoded_cursor()
+        self._execution.metadata_json = self._counted_metadata()
+
+    def _counted_metadata(self) -> dict[str, Any]:
+        """The execution's metadata with this run's iteration count (admin.show reads it).
+
+        The whole dict is written: while the row is in progress under our lease (the
+        checkpoint's guard) nobody else writes its metadata, so nothing is overwritten.
+        """
+        return {**(self._execution.metadata_json or {}), ITERATIONS: self.iterations}
 
     def _encoded_cursor(self) -> Any:
         limit = self._config.max_cursor_size

@@ -4,14 +4,24 @@ from __future__ import annotations
 
 import json
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
-from geneva_drive import admin
+from geneva_drive import Workflow, admin, resumable_step
 from geneva_drive.admin import AdminNotFound
 from geneva_drive.testing import perform_next_step
 from tests.admin.apps import AdminFlaky, AdminThreeSteps, AdminWaits
 from tests.support.app import Order
+
+
+class AdminShowResumable(Workflow):
+    """Ten items, four a run, committed every three: runs of 4, 4 and 2 iterations."""
+
+    @resumable_step(max_iterations=4, checkpoint_every=3)
+    def walk(self, it: Any) -> None:
+        for _ in it.iterate_over(range(10)):
+            pass
 
 
 def test_show_lists_every_execution_in_order_with_attempts_errors_and_durations(
@@ -120,3 +130,35 @@ def test_to_json_gives_plain_json_values(session, make):
     assert data["wait_deadline"].endswith("+00:00")
     assert isinstance(data["executions"], list) and "approved" in text
     assert admin.to_json(admin.count(session)) == {"value": 1, "exact": True}
+
+
+def test_each_run_of_a_resumable_step_shows_how_many_iterations_it_checkpointed(session, make):
+    # The first two runs stop at max_iterations (their last checkpoint commits the count);
+    # the third ends its loop between batched commits (the count lands with the step's end).
+    wf = make(AdminShowResumable, run=3)
+
+    runs = admin.show(session, wf.id).executions
+
+    assert [(e.outcome, e.iterations, e.cursor) for e in runs] == [
+        ("continued", 4, 4),
+        ("continued", 4, 8),
+        ("success", 2, 10),
+    ]
+
+
+def test_a_waiting_workflow_says_since_when_it_waits_in_show_and_in_find(session, make, clock):
+    wf = make(AdminWaits, run=1)
+    parked_at = clock.advance(minutes=10)
+    perform_next_step(wf)  # parks "approve", waiting for "approved"
+    session.commit()
+    clock.advance(hours=1)
+    other = make(AdminThreeSteps, run=1)
+
+    timeline = admin.show(session, wf.id)
+    page = admin.find(session, admin.WorkflowFilter(ids=(wf.id, other.id)))
+
+    assert timeline.workflow.waiting_since == parked_at
+    parked = next(e for e in timeline.executions if e.state == "waiting")
+    assert parked.waiting_since == parked_at
+    since = {item.id: item.waiting_since for item in page.items}
+    assert since == {wf.id: parked_at, other.id: None}

@@ -69,3 +69,32 @@ def test_stats_show_overdue_rows_by_queue_waits_past_their_deadline_and_expired_
     after = admin.stats(session, now=start + timedelta(hours=3))
     assert after.overdue == (admin.QueueBacklog("default", 2, 7200.0),)
     assert (after.waiting, after.overdue_waits) == (1, 1)
+
+
+def test_stats_bucket_the_last_hours_outcomes_in_twelve_five_minute_slices(session, make, clock):
+    start = clock.now()
+    make(AdminThreeSteps, run=1)  # one success at start
+    clock.advance(minutes=12)
+    make(AdminFlaky, run=2)  # a success (prepare) and a failure (charge) at start + 12 min
+    clock.advance(minutes=30)
+    wf = make(AdminWaits, run=2)  # ask succeeds at start + 42 min, approve parks (not ended)
+    wf.cancel()  # the parked row and its timer end canceled, also at start + 42 min
+    session.commit()
+    now = start + timedelta(minutes=50)
+
+    stats = admin.stats(session, now=now)
+
+    assert [b.start for b in stats.buckets] == [
+        now - timedelta(minutes=60 - 5 * n) for n in range(12)
+    ]
+    counts = {n: (b.success, b.failed, b.other) for n, b in enumerate(stats.buckets) if b.total}
+    # start is 50 min ago: bucket 2 ([-50, -45) min); +12 min: bucket 4; +42 min: bucket 10.
+    assert counts == {2: (1, 0, 0), 4: (1, 1, 0), 10: (1, 0, 2)}
+    assert stats.failed_last_hour == 1
+
+    # The last bucket is the last five minutes; the first starts an hour ago, inclusive.
+    soon = admin.stats(session, now=start + timedelta(minutes=45))
+    assert [b.total for b in soon.buckets][-1] == 3
+    assert sum(o.last_5m for o in soon.outcomes) == 3
+    later = admin.stats(session, now=start + timedelta(minutes=102))
+    assert [b.total for b in later.buckets] == [3] + [0] * 11

@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from geneva_drive import Workflow, step
+from geneva_drive import Workflow, resumable_step, step
 from geneva_drive.testing import perform_next_step, speedrun
 from tests.support.app import Account, Order
 
@@ -53,6 +53,15 @@ class DashAccountFlow(Workflow):
     @step(wait_for="verified")
     def verify(self) -> None:
         pass
+
+
+class DashResumable(Workflow):
+    """Walks seven items, three a run: runs of 3, 3 and 1 iterations."""
+
+    @resumable_step(max_iterations=3)
+    def walk(self, it: Any) -> None:
+        for _ in it.iterate_over(range(7)):
+            pass
 
 
 @dataclass(frozen=True)

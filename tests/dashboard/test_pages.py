@@ -6,9 +6,10 @@ import re
 
 from sqlalchemy import select
 
-from geneva_drive import Signal, Workflow
-from geneva_drive.testing import speedrun
-from tests.dashboard.apps import DashOrderFlow, Scenario
+from geneva_drive import Signal, Workflow, admin
+from geneva_drive.dashboard.format import timestamp
+from geneva_drive.testing import perform_next_step, speedrun
+from tests.dashboard.apps import DashOrderFlow, DashResumable, Scenario
 from tests.dashboard.conftest import allow_everything, csrf
 from tests.support.app import Order
 
@@ -27,6 +28,27 @@ def test_the_overview_shows_ongoing_workflows_per_class_and_the_last_hour(
     assert 'data-stat="finished_last_hour">1<' in html
     assert 'data-stat="waiting">2<' in html  # the approval and the scripted hero's verify
     assert 'data-refresh="' in html  # refreshes live
+
+
+def test_the_overview_draws_the_last_hours_outcomes_as_an_inline_svg_sparkline(
+    client_for, scenario: Scenario, gd
+):
+    gd.clock.advance(minutes=7)  # the scenario's steps ended 5-10 minutes ago: bucket 10
+
+    html = client_for().get("/").text
+
+    svg = re.search(r"<svg class=\"sparkline\"[^>]*>(.*?)</svg>", html, re.S)
+    assert svg is not None
+    assert 'role="img" aria-label="Step outcomes over the last hour, per 5 minutes (' in html
+    titles = re.findall(r"<g data-bucket=\"(\d+)\"><title>(.*?)</title>", svg.group(1))
+    assert len(titles) == 12
+    busy = {
+        int(n): label.split(": ", 1)[1]
+        for n, label in titles
+        if "0 succeeded, 0 failed" not in label
+    }
+    assert busy == {10: "4 succeeded, 1 failed, 0 other"}
+    assert svg.group(1).count('class="o-failed"') == 1
 
 
 def test_the_workflows_page_lists_the_filtered_workflows_newest_first(client_for, scenario):
@@ -130,6 +152,32 @@ def test_the_waiting_page_lists_what_waits_for_which_signal(client_for, scenario
     assert "<strong>approval</strong>" in html and "<strong>verified</strong>" in html
     only = client.get("/waiting", params={"signal": "approval"}).text
     assert ids_listed(only) == [scenario.waiting]
+
+
+def test_the_waiting_page_says_since_when_each_workflow_waits(client_for, session, scenario, gd):
+    parked_at = admin.show(session, scenario.waiting).workflow.waiting_since
+    assert parked_at is not None
+    gd.clock.advance(minutes=90)
+
+    html = client_for().get("/waiting").text
+
+    assert "Waiting since" in html and "Last change" not in html
+    row = html.split(f'data-workflow-id="{scenario.waiting}"', 1)[1].split("</tr>", 1)[0]
+    assert f"<td data-waiting-since>{timestamp(parked_at)} (" in row
+    assert "1 h 30 min ago" in row
+
+
+def test_the_workflow_page_shows_each_resumable_run_s_iteration_count(client_for, session):
+    wf = DashResumable.create(session, hero=Order(status="new"))
+    for _ in range(3):
+        perform_next_step(wf)
+    session.commit()
+
+    html = client_for().get(f"/workflows/{wf.id}").text
+
+    progress = re.findall(r"<div class=\"progress\" data-progress>(.*?)</div>", html, re.S)
+    counts = [re.search(r"progress: (\d+) iterations? in this run", p) for p in progress]
+    assert [int(c.group(1)) for c in counts if c] == [3, 3, 1]
 
 
 def test_a_signal_sent_from_the_page_reaches_the_waiting_workflow(client_for, session, scenario):

@@ -29,7 +29,7 @@ from .filters import WorkflowFilter
 from .find import BoundedCount, Page, WorkflowSummary, count, find, for_hero
 from .inspect import ActionEntry, ExecutionEntry, SignalEntry, Timeline, show
 from .jsonable import to_json
-from .measure import OutcomeCount, QueueBacklog, Stats, stats
+from .measure import OutcomeBucket, OutcomeCount, QueueBacklog, Stats, stats
 
 __all__ = [
     "ACTIONS",
@@ -41,6 +41,7 @@ __all__ = [
     "BoundedCount",
     "BulkResult",
     "ExecutionEntry",
+    "OutcomeBucket",
     "OutcomeCount",
     "Page",
     "QueueBacklog",

@@ -39,6 +39,7 @@ class WorkflowSummary:
     awaiting_signal: str | None
     wait_deadline: datetime | None
     last_error_class: str | None
+    waiting_since: datetime | None = None  # when its waiting execution parked
 
 
 @dataclass(frozen=True)
@@ -82,10 +83,11 @@ def summaries(session: Session, rows: Any) -> tuple[WorkflowSummary, ...]:
     ids = [row.id for row in rows]
     waits = q.waits_of(session, ids)
     errors = q.last_errors_of(session, ids)
-    return tuple(_summary(row, waits.get(row.id, (None, None)), errors.get(row.id)) for row in rows)
+    no_wait = (None, None, None)
+    return tuple(_summary(row, waits.get(row.id, no_wait), errors.get(row.id)) for row in rows)
 
 
-def _summary(row: Any, wait: tuple[Any, Any], error: str | None) -> WorkflowSummary:
+def _summary(row: Any, wait: tuple[Any, Any, Any], error: str | None) -> WorkflowSummary:
     return WorkflowSummary(
         id=row.id,
         workflow_type=row.type,
@@ -100,6 +102,7 @@ def _summary(row: Any, wait: tuple[Any, Any], error: str | None) -> WorkflowSumm
         awaiting_signal=wait[0],
         wait_deadline=wait[1],
         last_error_class=error,
+        waiting_since=wait[2],
     )
 
 

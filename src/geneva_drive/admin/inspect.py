@@ -43,6 +43,7 @@ class ExecutionEntry:
     metadata: dict[str, Any]
     awaiting_signal: str | None = None
     wait_deadline: datetime | None = None
+    waiting_since: datetime | None = None  # while (and since when) the row waits
 
 
 @dataclass(frozen=True)
@@ -176,6 +177,7 @@ def _entry(row: Any, metadata: dict[str, Any], attempt: int, timer: bool) -> Exe
         metadata=_decoded(metadata),
         awaiting_signal=row.awaiting_signal,
         wait_deadline=row.wait_deadline,
+        waiting_since=row.waiting_since,
     )
 
 

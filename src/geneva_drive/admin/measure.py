@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy.orm import Session
 
 from ..config import settings
 from ..queries import admin as q
-from ..states import ExecutionState, WorkflowState
+from ..states import ExecutionState, Outcome, WorkflowState
+
+BUCKET = timedelta(minutes=5)
+BUCKETS = 12  # the last hour, in BUCKET-long slices
 
 
 @dataclass(frozen=True)
@@ -29,6 +33,20 @@ class OutcomeCount:
 
 
 @dataclass(frozen=True)
+class OutcomeBucket:
+    """Executions that ended in ``[start, start + 5 min)``, by outcome."""
+
+    start: datetime
+    success: int
+    failed: int
+    other: int  # every other ending: continued, reattempted, skipped, canceled, timed out…
+
+    @property
+    def total(self) -> int:
+        return self.success + self.failed + self.other
+
+
+@dataclass(frozen=True)
 class Stats:
     at: datetime
     by_class_state: tuple[tuple[str, str, int], ...]  # (class, state, count): ongoing states
@@ -40,6 +58,8 @@ class Stats:
     finished_last_hour: int
     canceled_last_hour: int
     failed_last_hour: int  # executions that ended failed
+    # The last hour in 12 five-minute buckets, oldest first (the last one ends at ``at``).
+    buckets: tuple[OutcomeBucket, ...]
 
 
 def stats(session: Session, *, now: datetime | None = None) -> Stats:
@@ -58,16 +78,9 @@ def stats(session: Session, *, now: datetime | None = None) -> Stats:
             ended[WorkflowState(state)] += number
         else:
             ongoing.append((workflow_type, state, number))
-    outcomes: dict[tuple[str, str, str], list[int]] = {}
-    failed = 0
-    for workflow_type, step, state, outcome, recent, total in q.recent_outcomes(
-        session, hour_ago, now - timedelta(minutes=5)
-    ):
-        counts = outcomes.setdefault((workflow_type, step, outcome or ""), [0, 0])
-        counts[0] += int(recent)
-        counts[1] += int(total)
-        if state == ExecutionState.FAILED:
-            failed += int(total)
+    starts = [hour_ago + BUCKET * n for n in range(BUCKETS)]
+    outcomes, counts = _outcomes(q.recent_outcomes(session, hour_ago, starts[1:]))
+    buckets = tuple(OutcomeBucket(start, *n) for start, n in zip(starts, counts, strict=True))
     waiting, overdue_waits = q.waiting_totals(session, now)
     return Stats(
         at=now,
@@ -78,12 +91,28 @@ def stats(session: Session, *, now: datetime | None = None) -> Stats:
         ),
         waiting=waiting,
         overdue_waits=overdue_waits,
-        outcomes=tuple(
-            OutcomeCount(workflow_type, step, outcome, recent, total)
-            for (workflow_type, step, outcome), (recent, total) in sorted(outcomes.items())
-        ),
+        outcomes=outcomes,
         expired_leases=q.expired_lease_count(session, now),
         finished_last_hour=ended[WorkflowState.FINISHED],
         canceled_last_hour=ended[WorkflowState.CANCELED],
-        failed_last_hour=failed,
+        failed_last_hour=sum(b.failed for b in buckets),
+        buckets=buckets,
     )
+
+
+def _outcomes(rows: Any) -> tuple[tuple[OutcomeCount, ...], list[list[int]]]:
+    """Per (class, step, outcome): the last 5 minutes (the last bucket) and the hour; per
+    bucket: [success, failed, other]."""
+    totals: dict[tuple[str, str, str], list[int]] = {}
+    buckets = [[0, 0, 0] for _ in range(BUCKETS)]
+    for workflow_type, step, state, outcome, bucket, number in rows:
+        counts = totals.setdefault((workflow_type, step, outcome or ""), [0, 0])
+        counts[0] += int(number) if int(bucket) == BUCKETS - 1 else 0
+        counts[1] += int(number)
+        kind = 1 if state == ExecutionState.FAILED else 0 if outcome == Outcome.SUCCESS else 2
+        buckets[int(bucket)][kind] += int(number)
+    outcomes = tuple(
+        OutcomeCount(workflow_type, step, outcome, recent, total)
+        for (workflow_type, step, outcome), (recent, total) in sorted(totals.items())
+    )
+    return outcomes, buckets

@@ -21,6 +21,7 @@ from ..admin import AdminInputError, AdminNotFound, WorkflowFilter
 from ..states import WorkflowState
 from .app import Dashboard
 from .forms import STATES, FilterForm
+from .sparkline import sparkline
 
 # The actions the workflow page offers in each state; the admin API has the last word (it
 # refuses what the state no longer allows by the time the form is sent).
@@ -55,6 +56,7 @@ async def overview(dash: Dashboard, request: Request) -> Response:
             "classes": sorted(classes.items()),
             "ongoing_states": [s for s in STATES if s not in ("finished", "canceled")],
             "outcomes": _outcome_totals(stats.outcomes),
+            "spark": sparkline(stats.buckets),
             "live": True,
         },
     )

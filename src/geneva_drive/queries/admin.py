@@ -191,17 +191,21 @@ def capped_count(session: Session, where: WorkflowFilter, cap: int) -> int:
     return int(session.execute(select(func.count()).select_from(matching)).scalar_one())
 
 
-def waits_of(session: Session, workflow_ids: Sequence[int]) -> dict[int, tuple[Any, Any]]:
-    """``{workflow id: (awaiting_signal, wait_deadline)}`` of their waiting executions."""
+def waits_of(session: Session, workflow_ids: Sequence[int]) -> dict[int, tuple[Any, Any, Any]]:
+    """``{workflow id: (awaiting_signal, wait_deadline, waiting_since)}`` of their waiting
+    executions."""
     if not workflow_ids:
         return {}
     stmt = select(
-        StepExecution.workflow_id, StepExecution.awaiting_signal, StepExecution.wait_deadline
+        StepExecution.workflow_id,
+        StepExecution.awaiting_signal,
+        StepExecution.wait_deadline,
+        StepExecution.waiting_since,
     ).where(
         StepExecution.workflow_id.in_(workflow_ids),
         in_state(StepExecution.state, ExecutionState.WAITING),
     )
-    return {row[0]: (row[1], row[2]) for row in session.execute(stmt)}
+    return {row[0]: (row[1], row[2], row[3]) for row in session.execute(stmt)}
 
 
 def last_errors_of(session: Session, workflow_ids: Sequence[int]) -> dict[int, str | None]:
@@ -366,33 +370,44 @@ def expired_lease_count(session: Session, now: datetime) -> int:
     return int(session.execute(stmt).scalar_one())
 
 
-def recent_outcomes(session: Session, since: datetime, recent: datetime) -> Sequence[Any]:
-    """(type, step, state, outcome, since ``recent``, since ``since``) of ended executions.
+def recent_outcomes(session: Session, since: datetime, edges: Sequence[datetime]) -> Sequence[Any]:
+    """(type, step, state, outcome, bucket, count) of the executions ended since ``since``.
 
-    A range of the ``finished_at`` index: the cost follows the throughput of the last hour,
-    not the history. Each row's workflow type is a primary-key probe (a correlated
-    sub-query, as in ``housekeeping.waiting_counts``): joined instead, a generic plan that
-    overestimates the hour's rows hashed every workflow of the table.
+    ``bucket`` is the number of ``edges`` (ascending times after ``since``) at or before the
+    row's ``finished_at``: 0 before the first edge, ``len(edges)`` after the last (rows stamped
+    after "now", by a clock a little ahead, land there too). One range of the ``finished_at``
+    index for the whole hour, bucketed by a CASE: the cost follows the throughput of the last
+    hour, not the history, and the sparkline costs no second pass. Each row's workflow type
+    is a primary-key probe (a correlated sub-query, as in ``housekeeping.waiting_counts``):
+    joined instead, a generic plan that overestimates the hour's rows hashed every workflow
+    of the table.
     """
     wf = _table()
     type_ = select(wf.c.type).where(wf.c.id == StepExecution.workflow_id).scalar_subquery()
+    # Literal bucket numbers: bound ones would leave PostgreSQL guessing the CASE's type.
+    bucket = case(
+        *(
+            (StepExecution.finished_at < edge, literal_column(str(n)))
+            for n, edge in enumerate(edges)
+        ),
+        else_=literal_column(str(len(edges))),
+    )
     ended = (
         select(
             type_.label("workflow_type"),
             StepExecution.step_name,
             StepExecution.state,
             StepExecution.outcome,
-            StepExecution.finished_at,
+            bucket.label("bucket"),
         )
         .where(StepExecution.finished_at >= since)
         .subquery()
     )
-    stmt = select(
+    columns = (
         ended.c.workflow_type,
         ended.c.step_name,
         ended.c.state,
         ended.c.outcome,
-        func.sum(case((ended.c.finished_at >= recent, 1), else_=0)),
-        func.count(),
-    ).group_by(ended.c.workflow_type, ended.c.step_name, ended.c.state, ended.c.outcome)
-    return session.execute(stmt).all()
+        ended.c.bucket,
+    )
+    return session.execute(select(*columns, func.count()).group_by(*columns)).all()

@@ -370,8 +370,10 @@ def checkpoint_execution(
     cursor: Any,
     *,
     read_workflow: bool,
+    metadata: dict[str, Any] | None = None,
 ) -> tuple[bool, str | None]:
-    """Write a resumable step's encoded ``cursor`` iff the execution is still ours.
+    """Write a resumable step's encoded ``cursor`` (and its ``metadata``: the iteration
+    count the admin API shows) iff the execution is still ours.
 
     Returns ``(owned, workflow_state)``. ``owned`` is False when the execution is no longer in
     progress under ``owner`` (None: no lease) — recovered by housekeeping while this worker
@@ -391,7 +393,13 @@ def checkpoint_execution(
     execution's ``cursor``/``updated_at`` are the caller's to keep in step.
     """
     returning = bool(session.get_bind().dialect.update_returning)
-    params = {"gd_id": execution_id, "gd_owner": owner, "gd_now": now, "gd_cursor": cursor}
+    params = {
+        "gd_id": execution_id,
+        "gd_owner": owner,
+        "gd_now": now,
+        "gd_cursor": cursor,
+        "gd_metadata": metadata,
+    }
     if returning:
         params["gd_workflow_id"] = workflow_id
     result = session.connection().execute(_checkpoint_statement(returning), params)
@@ -424,6 +432,7 @@ def _checkpoint_statement(returning: bool) -> Any:
         .values(
             {
                 table.c.cursor: bindparam("gd_cursor", type_=table.c.cursor.type),
+                table.c["metadata"]: bindparam("gd_metadata", type_=table.c["metadata"].type),
                 table.c.updated_at: bindparam("gd_now", type_=table.c.updated_at.type),
             }
         )
