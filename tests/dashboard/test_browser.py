@@ -130,6 +130,10 @@ def test_an_operator_finds_a_failed_workflow_resumes_it_and_bulk_cancels_the_wai
 ):
     from playwright.sync_api import expect
 
+    # Playwright's default of 5 s per expectation is a wait on a condition, not a sleep; a
+    # loaded CI host (a worker thread holding SQLite's write lock, Chromium starting) can need
+    # more, and a generous bound costs nothing when the page is quick.
+    expect.set_options(timeout=20_000)
     more = [DashApproval.create(session, hero=Order(status="new")) for _ in range(3)]
     session.commit()
     for wf in more:
