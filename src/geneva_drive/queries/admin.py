@@ -231,33 +231,25 @@ def workflow_row(session: Session, workflow_id: int) -> Any:
 
 def timeline_executions(session: Session, workflow_id: int, limit: int) -> Sequence[Any]:
     """The newest ``limit`` executions' rows (plain rows, not instances), newest first."""
-    table: Any = StepExecution.__table__
-    stmt = (
-        select(table)
-        .where(table.c.workflow_id == workflow_id)
-        .order_by(table.c.created_at.desc(), table.c.id.desc())
-        .limit(limit)
-    )
-    return session.execute(stmt).all()
+    return _newest_of_workflow(session, StepExecution.__table__, "created_at", workflow_id, limit)
 
 
 def timeline_signals(session: Session, workflow_id: int, limit: int) -> Sequence[Any]:
-    table: Any = Signal.__table__
-    stmt = (
-        select(table)
-        .where(table.c.workflow_id == workflow_id)
-        .order_by(table.c.created_at.desc(), table.c.id.desc())
-        .limit(limit)
-    )
-    return session.execute(stmt).all()
+    return _newest_of_workflow(session, Signal.__table__, "created_at", workflow_id, limit)
 
 
 def timeline_actions(session: Session, workflow_id: int, limit: int) -> Sequence[Any]:
-    table: Any = OperatorAction.__table__
+    return _newest_of_workflow(session, OperatorAction.__table__, "at", workflow_id, limit)
+
+
+def _newest_of_workflow(
+    session: Session, table: Any, at: str, workflow_id: int, limit: int
+) -> Sequence[Any]:
+    """One workflow's newest ``limit`` rows of ``table``, by ``at`` then id."""
     stmt = (
         select(table)
         .where(table.c.workflow_id == workflow_id)
-        .order_by(table.c.at.desc(), table.c.id.desc())
+        .order_by(table.c[at].desc(), table.c.id.desc())
         .limit(limit)
     )
     return session.execute(stmt).all()
