@@ -96,9 +96,16 @@ def _latest_failed_with(error_class: str) -> Any:
 
 def _waiting_ids(signal: str) -> Any:
     """Ids of workflows waiting for ``signal`` ("*": any): the partial index over waiting rows."""
+    waiting = in_state(StepExecution.state, ExecutionState.WAITING)
+    if signal != ANY_SIGNAL:
+        return select(StepExecution.workflow_id).where(
+            waiting, StepExecution.awaiting_signal == signal
+        )
+    # "waiting_since IS NOT NULL" (writer.park, the only way into "waiting", stamps it) makes
+    # this a range of the partial waiting index, which SQLite, with no statistics, would
+    # otherwise pass over for a scan of the whole covering (workflow_id, state) index.
     return select(StepExecution.workflow_id).where(
-        in_state(StepExecution.state, ExecutionState.WAITING),
-        *([] if signal == ANY_SIGNAL else [StepExecution.awaiting_signal == signal]),
+        waiting, StepExecution.waiting_since.is_not(None)
     )
 
 
