@@ -45,9 +45,8 @@ def pages(n: int) -> dict[str, str]:
         "workflows state=paused": "/workflows?state=paused",
         "workflows signal=approved": "/workflows?signal=approved",
         "workflows failed": "/workflows?failed=yes",
-        "workflows deep state=finished": "/workflows?" + urlencode(
-            {"state": "finished", "after": deep}
-        ),
+        "workflows deep state=finished": "/workflows?"
+        + urlencode({"state": "finished", "after": deep}),
         "workflow": "/workflows/{id}",
         "waiting": "/waiting",
     }
