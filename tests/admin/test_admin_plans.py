@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -245,12 +246,17 @@ def test_a_capped_count_of_waiting_or_failed_workflows_starts_from_those_rows(
     seeded, session, db_backend, name
 ):
     where, index = PAGES[name]
+    narrower = replace(where, hero_type="Order")  # a test on the workflow row too
 
-    (plan,) = _plans(seeded, db_backend, lambda: admin.count(session, where, cap=1000))
+    (alone,) = _plans(seeded, db_backend, lambda: admin.count(session, where, cap=1000))
+    (plan,) = _plans(seeded, db_backend, lambda: admin.count(session, narrower, cap=1000))
 
+    # Alone, the candidates are the count (each is a workflow): no workflow is read.
+    assert re.search(index, alone), alone
+    assert "geneva_drive_workflows" not in alone, alone
     assert re.search(index, plan), plan
     _driven_from_the_executions(plan, db_backend)
-    _no_full_scans([plan], db_backend)
+    _no_full_scans([alone, plan], db_backend)
 
 
 def test_a_capped_count_stops_at_its_cap(seeded, session, db_backend):

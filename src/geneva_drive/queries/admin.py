@@ -239,10 +239,13 @@ def _driven_keys(ids: Any, rest: WorkflowFilter, keyset: list[Any]) -> Any:
         .scalar_subquery()
     )
     keys = select(candidates.c.workflow_id.label("id"), created.label("created_at"))
-    return (
-        keys.cte("keys")
-        .prefix_with("MATERIALIZED", dialect="postgresql")
-        .prefix_with("MATERIALIZED", dialect="sqlite")
+    return _materialized(keys.cte("keys"))
+
+
+def _materialized(cte: Any) -> Any:
+    """``WITH … AS MATERIALIZED`` where the database has it (not MariaDB): computed once."""
+    return cte.prefix_with("MATERIALIZED", dialect="postgresql").prefix_with(
+        "MATERIALIZED", dialect="sqlite"
     )
 
 
@@ -282,7 +285,13 @@ def capped_count(session: Session, where: WorkflowFilter, cap: int) -> int:
     """How many workflows match, counting no further than ``cap + 1``."""
     t = _table()
     driver = _driver(where)
-    if driver is not None:
+    if driver is not None and not conditions(driver[1]):
+        # Nothing else to test: every candidate is a workflow (the foreign key), no probes.
+        # Materialized first: asked for DISTINCT workflow ids, SQLite reads them in order off
+        # the whole (workflow_id, state) index instead of the partial one.
+        candidates = _materialized(driver[0].cte("candidates"))
+        matching = select(candidates.c.workflow_id).distinct()
+    elif driver is not None:
         keys = _driven_keys(*driver, [])
         matching = select(keys.c.id).distinct().where(keys.c.created_at.is_not(None))
     else:
