@@ -7,8 +7,9 @@ test_admin_plans.py checks the plans):
 - pages of workflows: ``(created_at, id)``, ``(state, created_at, id)`` or ``(type,
   created_at, id)``, read in order with a keyset ``(created_at, id) < cursor`` and a LIMIT;
   never OFFSET, which reads and throws away every row before the page;
-- "waits for signal X", "failed with error X", "has a failed execution": semi-joins into the
-  partial indexes over the waiting and the failed executions;
+- "waits for signal X", "failed with error X", "has a failed execution": the candidates off
+  the partial index over the waiting (failed) executions, a primary-key probe each, then a
+  sort of those few (``_driven_keys``), never a walk of the workflows' creation order;
 - a count stops at its cap (``SELECT count(*) FROM (… LIMIT cap + 1)``);
 - a timeline: one workflow's rows by ``(workflow_id, …)``, the newest ``limit`` of them;
 - stats: the partial indexes over scheduled, waiting and in-progress rows, and the
