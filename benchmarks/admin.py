@@ -267,8 +267,10 @@ def filters(n: int) -> dict[str, WorkflowFilter]:
         "type+state": WorkflowFilter(workflow_type="BenchOrder", state="ready"),
         "hero": WorkflowFilter(hero_type="Customer", hero_id="500"),
         "step": WorkflowFilter(current_step="step_4"),
-        "error_class": WorkflowFilter(error_class="TimeoutError"),
+        # Every paused workflow's id is even at 100k and 1M (k * 5 * j): all RuntimeError.
+        "error_class": WorkflowFilter(error_class="RuntimeError"),
         "awaiting_signal": WorkflowFilter(awaiting_signal="approved"),
+        "awaiting_any": WorkflowFilter(awaiting_signal="*"),  # the dashboard's waiting page
         "has_failed": WorkflowFilter(has_failed_execution=True),
         "created_range": WorkflowFilter(
             created_after=middle - timedelta(hours=1), created_before=middle

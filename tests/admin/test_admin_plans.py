@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -43,7 +44,7 @@ FROM s
 _SEED_EXECUTIONS = """
 INSERT INTO geneva_drive_step_executions
   (id, workflow_id, step_name, state, outcome, scheduled_for, finished_at, error_class_name,
-   awaiting_signal, wait_deadline, queue, priority, created_at, updated_at)
+   awaiting_signal, wait_deadline, waiting_since, queue, priority, created_at, updated_at)
 WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < :n * 3)
 SELECT i, w, CASE k WHEN 0 THEN 'first' WHEN 1 THEN 'second' ELSE 'third' END,
        CASE WHEN k <> 1 OR w % 20 > 2 THEN 'completed'
@@ -52,6 +53,7 @@ SELECT i, w, CASE k WHEN 0 THEN 'first' WHEN 1 THEN 'second' ELSE 'third' END,
        {at}, CASE WHEN k <> 1 OR w % 20 IN (0, 3) THEN {at} END,
        CASE WHEN k = 1 AND w % 20 = 0 THEN 'RuntimeError' END,
        CASE WHEN k = 1 AND w % 20 = 2 THEN 'approved' END,
+       CASE WHEN k = 1 AND w % 20 = 2 THEN {at} END,
        CASE WHEN k = 1 AND w % 20 = 2 THEN {at} END,
        'default', 0, {at}, {at}
 FROM (SELECT i, (i - 1) / 3 + 1 AS w, (i - 1) % 3 AS k FROM s) AS rows
@@ -179,10 +181,29 @@ PAGES = {
         WorkflowFilter(awaiting_signal="approved"),
         "ix_geneva_drive_step_executions_awaiting",
     ),
+    # The dashboard's waiting page: every waiting row, a twentieth of the workflows here.
+    "any signal": (
+        WorkflowFilter(awaiting_signal="*"),
+        "ix_geneva_drive_step_executions_(waiting|awaiting)",
+    ),
     "error": (WorkflowFilter(error_class="RuntimeError"), "ix_geneva_drive_step_executions_failed"),
     "failed": (WorkflowFilter(has_failed_execution=True), "ix_geneva_drive_step_executions_failed"),
     "hero": (WorkflowFilter(hero_type="Order", hero_id="40"), "ix_geneva_drive_workflows_hero"),
 }
+
+
+# Filters on waiting or failed rows: the page starts from those rows and probes each one's
+# workflow by primary key, never walking the workflows by creation time.
+DRIVEN = ("signal", "any signal", "error", "failed")
+
+
+def _driven_from_the_executions(page: str, db_backend: str) -> None:
+    if db_backend == "postgresql":
+        assert re.search(r"SubPlan.*\n.*Index Scan using pk_geneva_drive_workflows", page), page
+        assert not re.search(r"Scan( Backward)? using ix_geneva_drive_workflows_created", page)
+    else:
+        assert re.search(r"CORRELATED SCALAR SUBQUERY.*\n.*PRIMARY KEY", page), page
+        assert "USING INDEX ix_geneva_drive_workflows_created" not in page, page
 
 
 @pytest.fixture
@@ -208,12 +229,34 @@ def test_a_page_of_workflows_reads_its_index_in_order_first_and_deep(
         assert re.search(index, page), page
         if name in ("no filter", "state", "class"):  # read in order: no sort of the matches
             assert "Sort" not in page and "TEMP B-TREE" not in page, page
-        assert "ix_geneva_drive_step_executions_workflow_state" in waits + errors
+        # By workflow id, or the partial index over the few waiting (failed) rows.
+        assert re.search(r"ix_geneva_drive_step_executions_(workflow_\w+|waiting)", waits)
+        assert re.search(r"ix_geneva_drive_step_executions_(workflow_\w+|failed)", errors)
+        if name in DRIVEN:
+            _driven_from_the_executions(page, db_backend)
         _no_full_scans(plans, db_backend)
     if db_backend == "postgresql" and name in ("no filter", "state"):
         # The deep page's scan starts at the cursor, not at the newest row filtering its way
         # down to it (what "(created_at, id) < cursor" written as a bare OR did).
         assert re.search(r"Index Cond: .*created_at <=", deep[0]), deep[0]
+
+
+@pytest.mark.parametrize("name", DRIVEN)
+def test_a_capped_count_of_waiting_or_failed_workflows_starts_from_those_rows(
+    seeded, session, db_backend, name
+):
+    where, index = PAGES[name]
+    narrower = replace(where, hero_type="Order")  # a test on the workflow row too
+
+    (alone,) = _plans(seeded, db_backend, lambda: admin.count(session, where, cap=1000))
+    (plan,) = _plans(seeded, db_backend, lambda: admin.count(session, narrower, cap=1000))
+
+    # Alone, the candidates are the count (each is a workflow): no workflow is read.
+    assert re.search(index, alone), alone
+    assert "geneva_drive_workflows" not in alone, alone
+    assert re.search(index, plan), plan
+    _driven_from_the_executions(plan, db_backend)
+    _no_full_scans([alone, plan], db_backend)
 
 
 def test_a_capped_count_stops_at_its_cap(seeded, session, db_backend):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 import pytest
@@ -124,6 +125,40 @@ def test_the_error_filter_reads_the_latest_failure_only(session, make):
     assert _ids(admin.find(session, WorkflowFilter(error_class="TimeoutError"))) == []
     (item,) = admin.find(session, WorkflowFilter(ids=(wf.id,))).items
     assert item.last_error_class == "RuntimeError"
+
+
+def test_waiting_and_failed_filters_count_and_page_each_workflow_once(session, make, clock):
+    twice = make(AdminFlaky, status="timeout", run=2)  # two failed executions, below
+    order = session.get(Order, int(twice.hero_id))
+    order.status = "declined"
+    twice.resume()
+    session.commit()
+    perform_next_step(twice, raise_errors=False)
+    clock.advance(seconds=1)
+    once = make(AdminFlaky, run=2)
+    waiting = []
+    for _ in range(3):
+        clock.advance(seconds=1)
+        waiting.append(make(AdminWaits, run=2).id)
+
+    def every_page(where: WorkflowFilter, newest_first: bool) -> list[int]:
+        seen, cursor = [], None
+        while True:
+            page = admin.find(session, where, limit=1, newest_first=newest_first, after=cursor)
+            seen += _ids(page)
+            if (cursor := page.next_cursor) is None:
+                return seen
+
+    failed = WorkflowFilter(has_failed_execution=True)
+    assert admin.count(session, failed) == admin.BoundedCount(2, exact=True)
+    assert admin.count(session, failed, cap=1) == admin.BoundedCount(1, exact=False)
+    assert every_page(failed, newest_first=True) == [once.id, twice.id]
+    assert admin.count(session, replace(failed, hero_id=once.hero_id)).value == 1
+    any_signal = WorkflowFilter(awaiting_signal="*")
+    assert admin.count(session, any_signal).value == 3
+    assert every_page(any_signal, newest_first=False) == waiting
+    assert every_page(replace(any_signal, state="ready"), newest_first=True) == waiting[::-1]
+    assert admin.count(session, replace(any_signal, state="paused")).value == 0
 
 
 def test_a_waiting_workflow_shows_the_signal_it_waits_for_and_the_deadline(session, make, clock):

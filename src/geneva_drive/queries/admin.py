@@ -7,8 +7,9 @@ test_admin_plans.py checks the plans):
 - pages of workflows: ``(created_at, id)``, ``(state, created_at, id)`` or ``(type,
   created_at, id)``, read in order with a keyset ``(created_at, id) < cursor`` and a LIMIT;
   never OFFSET, which reads and throws away every row before the page;
-- "waits for signal X", "failed with error X", "has a failed execution": semi-joins into the
-  partial indexes over the waiting and the failed executions;
+- "waits for signal X", "failed with error X", "has a failed execution": the candidates off
+  the partial index over the waiting (failed) executions, a primary-key probe each, then a
+  sort of those few (``_driven_keys``), never a walk of the workflows' creation order;
 - a count stops at its cap (``SELECT count(*) FROM (… LIMIT cap + 1)``);
 - a timeline: one workflow's rows by ``(workflow_id, …)``, the newest ``limit`` of them;
 - stats: the partial indexes over scheduled, waiting and in-progress rows, and the
@@ -18,6 +19,7 @@ test_admin_plans.py checks the plans):
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -93,6 +95,44 @@ def _latest_failed_with(error_class: str) -> Any:
     )
 
 
+def _waiting_ids(signal: str) -> Any:
+    """Ids of workflows waiting for ``signal`` ("*": any): the partial index over waiting rows."""
+    waiting = in_state(StepExecution.state, ExecutionState.WAITING)
+    if signal != ANY_SIGNAL:
+        return select(StepExecution.workflow_id).where(
+            waiting, StepExecution.awaiting_signal == signal
+        )
+    # "waiting_since IS NOT NULL" (writer.park, the only way into "waiting", stamps it) makes
+    # this a range of the partial waiting index, which SQLite, with no statistics, would
+    # otherwise pass over for a scan of the whole covering (workflow_id, state) index.
+    return select(StepExecution.workflow_id).where(
+        waiting, StepExecution.waiting_since.is_not(None)
+    )
+
+
+def _failed_ids() -> Any:
+    # "error_class_name IS NOT NULL" (every failure records its error) makes this a range
+    # of the partial failed index, which SQLite, with no statistics, would otherwise pass
+    # over for a scan of the whole (workflow_id, state) index.
+    return select(StepExecution.workflow_id).where(
+        _failed(), StepExecution.error_class_name.is_not(None)
+    )
+
+
+def _driver(where: WorkflowFilter) -> tuple[Any, WorkflowFilter] | None:
+    """The workflow ids a selective filter reads off its partial index, and the rest of it.
+
+    Waiting and failed rows are the live work: a few thousand, however long the history.
+    """
+    if where.awaiting_signal is not None:
+        return _waiting_ids(where.awaiting_signal), replace(where, awaiting_signal=None)
+    if where.error_class is not None:
+        return _latest_failed_with(where.error_class), replace(where, error_class=None)
+    if where.has_failed_execution is True:
+        return _failed_ids(), replace(where, has_failed_execution=None)
+    return None
+
+
 def conditions(where: WorkflowFilter) -> list[Any]:
     """The WHERE clauses of ``where`` over the workflows table."""
     t = _table()
@@ -121,16 +161,7 @@ def conditions(where: WorkflowFilter) -> list[Any]:
     if where.error_class is not None:
         clauses.append(t.c.id.in_(_latest_failed_with(where.error_class)))
     if where.awaiting_signal is not None:
-        # "*": waiting for any signal (the dashboard's waiting page).
-        waiting = select(StepExecution.workflow_id).where(
-            in_state(StepExecution.state, ExecutionState.WAITING),
-            *(
-                []
-                if where.awaiting_signal == ANY_SIGNAL
-                else [StepExecution.awaiting_signal == where.awaiting_signal]
-            ),
-        )
-        clauses.append(t.c.id.in_(waiting))
+        clauses.append(t.c.id.in_(_waiting_ids(where.awaiting_signal)))
     for column, after, before in (
         (t.c.created_at, where.created_after, where.created_before),
         (t.c.transitioned_at, where.transitioned_after, where.transitioned_before),
@@ -140,13 +171,7 @@ def conditions(where: WorkflowFilter) -> list[Any]:
         if before is not None:
             clauses.append(column < before)
     if where.has_failed_execution is True:
-        # "error_class_name IS NOT NULL" (every failure records its error) makes this a range
-        # of the partial failed index, which SQLite, with no statistics, would otherwise pass
-        # over for a scan of the whole (workflow_id, state) index.
-        failed = select(StepExecution.workflow_id).where(
-            _failed(), StepExecution.error_class_name.is_not(None)
-        )
-        clauses.append(t.c.id.in_(failed))
+        clauses.append(t.c.id.in_(_failed_ids()))
     elif where.has_failed_execution is False:
         clauses.append(~exists().where(StepExecution.workflow_id == t.c.id, _failed()))
     if where.ids is not None:
@@ -166,29 +191,114 @@ def workflow_page(
 
     Ordered by ``(created_at, id)``, descending when ``newest_first``. The keyset condition is
     written out (row-value comparison is not portable) and matches the index order, so the
-    page is read straight off the index from the cursor on, however deep it is.
+    page is read straight off the index from the cursor on, however deep it is. A filter on
+    waiting or failed rows starts from those instead (``_driven_page``).
     """
     t = _table()
-    stmt = select(*(t.c[name] for name in WORKFLOW_COLUMNS)).where(*conditions(where))
-    if after is not None:
-        # "created_at <= at AND (created_at < at OR id < last)", not the bare OR: the first
-        # term is what the planner can start the index scan at. With the OR alone it read
-        # the index from the newest row and filtered up to the cursor (39 ms at 500,000 rows
-        # deep, against 0.05 ms).
-        at, last_id = after
-        if newest_first:
-            stmt = stmt.where(t.c.created_at <= at, or_(t.c.created_at < at, t.c.id < last_id))
-        else:
-            stmt = stmt.where(t.c.created_at >= at, or_(t.c.created_at > at, t.c.id > last_id))
+    cols = [t.c[name] for name in WORKFLOW_COLUMNS]
+    driver = _driver(where)
+    if driver is not None:
+        ids, rest = driver
+        return _driven_page(session, ids, rest, cols, newest_first, limit, after)
+    stmt = select(*cols).where(*conditions(where), *_keyset(t, newest_first, after))
     order = (t.c.created_at.desc(), t.c.id.desc()) if newest_first else (t.c.created_at, t.c.id)
     return session.execute(stmt.order_by(*order).limit(limit)).all()
+
+
+def _keyset(t: Any, newest_first: bool, after: tuple[datetime, int] | None) -> list[Any]:
+    """``(created_at, id)`` past the cursor ``after``.
+
+    "created_at <= at AND (created_at < at OR id < last)", not the bare OR: the first term is
+    what the planner can start the index scan at. With the OR alone it read the index from
+    the newest row and filtered up to the cursor (39 ms at 500,000 rows deep, against 0.05).
+    """
+    if after is None:
+        return []
+    at, last_id = after
+    if newest_first:
+        return [t.c.created_at <= at, or_(t.c.created_at < at, t.c.id < last_id)]
+    return [t.c.created_at >= at, or_(t.c.created_at > at, t.c.id > last_id)]
+
+
+def _driven_keys(ids: Any, rest: WorkflowFilter, keyset: list[Any]) -> Any:
+    """``(id, created_at)`` of each candidate workflow, ``created_at`` NULL if it does not match.
+
+    One primary-key probe per candidate, forced: the created_at is a scalar sub-query, which
+    no planner turns into a join. Written as a join (or the IN of ``conditions``), PostgreSQL
+    walked the creation index testing each workflow against the waiting rows, 51,000 rows
+    for a page of 50 at 1M workflows (77 ms), or hashed them against a scan of every
+    workflow; the walk grows with the history, the probes follow the waiting rows only.
+    MATERIALIZED (PostgreSQL, SQLite) evaluates each probe once, not once per reference. The
+    candidates are not made DISTINCT here: SQLite then read them off the (workflow_id, state)
+    index, in id order, instead of the partial one; the caller dedupes the keys.
+    """
+    t = _table()
+    candidates = ids.subquery("candidates")
+    created = (
+        select(t.c.created_at)
+        .where(t.c.id == candidates.c.workflow_id, *conditions(rest), *keyset)
+        .scalar_subquery()
+    )
+    keys = select(candidates.c.workflow_id.label("id"), created.label("created_at"))
+    return _materialized(keys.cte("keys"))
+
+
+def _materialized(cte: Any) -> Any:
+    """``WITH … AS MATERIALIZED`` where the database has it (not MariaDB): computed once."""
+    return cte.prefix_with("MATERIALIZED", dialect="postgresql").prefix_with(
+        "MATERIALIZED", dialect="sqlite"
+    )
+
+
+def _driven_page(
+    session: Session,
+    ids: Any,
+    rest: WorkflowFilter,
+    cols: list[Any],
+    newest_first: bool,
+    limit: int,
+    after: tuple[datetime, int] | None,
+) -> Sequence[Any]:
+    """The page of ``workflow_page`` among the candidates ``ids``: sorted, then joined."""
+    t = _table()
+    keys = _driven_keys(ids, rest, _keyset(t, newest_first, after))
+    by = (
+        (keys.c.created_at.desc(), keys.c.id.desc())
+        if newest_first
+        else (keys.c.created_at, keys.c.id)
+    )
+    top = (
+        select(keys.c.id, keys.c.created_at)
+        .distinct()  # a workflow with several failed rows is a candidate once per row
+        .where(keys.c.created_at.is_not(None))
+        .order_by(*by)
+        .limit(limit)
+        .subquery("top")
+    )
+    order = (
+        (top.c.created_at.desc(), top.c.id.desc()) if newest_first else (top.c.created_at, top.c.id)
+    )
+    stmt = select(*cols).select_from(top).join(t, t.c.id == top.c.id).order_by(*order)
+    return session.execute(stmt).all()
 
 
 def capped_count(session: Session, where: WorkflowFilter, cap: int) -> int:
     """How many workflows match, counting no further than ``cap + 1``."""
     t = _table()
-    matching = select(t.c.id).where(*conditions(where)).limit(cap + 1).subquery()
-    return int(session.execute(select(func.count()).select_from(matching)).scalar_one())
+    driver = _driver(where)
+    if driver is not None and not conditions(driver[1]):
+        # Nothing else to test: every candidate is a workflow (the foreign key), no probes.
+        # Materialized first: asked for DISTINCT workflow ids, SQLite reads them in order off
+        # the whole (workflow_id, state) index instead of the partial one.
+        candidates = _materialized(driver[0].cte("candidates"))
+        matching = select(candidates.c.workflow_id).distinct()
+    elif driver is not None:
+        keys = _driven_keys(*driver, [])
+        matching = select(keys.c.id).distinct().where(keys.c.created_at.is_not(None))
+    else:
+        matching = select(t.c.id).where(*conditions(where))
+    limited = matching.limit(cap + 1).subquery()
+    return int(session.execute(select(func.count()).select_from(limited)).scalar_one())
 
 
 def waits_of(session: Session, workflow_ids: Sequence[int]) -> dict[int, tuple[Any, Any, Any]]:
