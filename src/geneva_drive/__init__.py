@@ -8,7 +8,7 @@ Public API — everything a user imports comes from here::
 from .backends import DatabaseBackend, InlineBackend
 from .clock import FrozenClock, SystemClock
 from .config import Settings, configure, settings, with_inline_enqueue
-from .engine import create_engine, prepare_engine
+from .engine import create_engine, immediate_transactions, prepare_engine
 from .errors import (
     CursorTooLargeError,
     GenevaDriveError,
@@ -67,6 +67,7 @@ __all__ = [
     "configure",
     "create_engine",
     "exponential_backoff",
+    "immediate_transactions",
     "install",
     "prepare_engine",
     "removed_step",

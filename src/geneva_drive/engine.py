@@ -94,6 +94,23 @@ def _begin_immediate(connection: Any) -> None:
         connection.exec_driver_sql("BEGIN")
 
 
+def immediate_transactions(engine: Engine) -> Engine:
+    """On SQLite, ``engine`` with every transaction beginning ``BEGIN IMMEDIATE``; elsewhere
+    ``engine`` itself.
+
+    For an application's sessions that read and then write under concurrency — a webhook
+    handler that loads the order and its workflow, then calls ``signal()``. SQLite begins a
+    transaction deferred and fixes its snapshot at the first read; if another connection
+    commits before the first write, that write fails at once with "database is locked" and
+    no busy timeout helps. Beginning with the write lock makes such transactions queue on the
+    busy timeout instead (read-only ones too: give them a session on the plain engine).
+    """
+    prepare_engine(engine)
+    if engine.dialect.name != "sqlite":
+        return engine
+    return engine.execution_options(**{IMMEDIATE_OPTION: True})
+
+
 def engine_for_workers(engine: Engine) -> Engine:
     """The engine geneva-drive's own sessions use.
 
@@ -105,6 +122,4 @@ def engine_for_workers(engine: Engine) -> Engine:
         if getattr(engine.dialect, "_on_connect_isolation_level", None) == MYSQL_ISOLATION_LEVEL:
             return engine
         return engine.execution_options(isolation_level=MYSQL_ISOLATION_LEVEL)
-    if engine.dialect.name != "sqlite":
-        return engine
-    return engine.execution_options(**{IMMEDIATE_OPTION: True})
+    return immediate_transactions(engine)

@@ -40,6 +40,7 @@ EXPECTED_PUBLIC_NAMES = [
     "configure",
     "create_engine",
     "exponential_backoff",
+    "immediate_transactions",
     "install",
     "prepare_engine",
     "removed_step",

@@ -12,10 +12,12 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from sqlalchemy import func, select
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
-from geneva_drive import Signal, Workflow, step
+from geneva_drive import Signal, Workflow, immediate_transactions, step
 from tests.support.app import Order
 
 THREADS = 8
@@ -116,3 +118,46 @@ def test_concurrent_operator_verbs_from_fresh_transactions_all_succeed(gd):
     with Session(gd.engine) as session:
         states = session.scalars(select(Workflow.state).where(Workflow.id.in_(ids))).all()
         assert states == ["paused"] * THREADS
+
+
+def _read_then_signal(engine: Any, workflow_id: int, key: str, between: Callable[[], None]) -> None:
+    """The README's webhook handler: read the workflow, then signal it, in one transaction;
+    ``between`` runs after the read (another request committing, say)."""
+    with Session(engine) as session:
+        wf = session.get(Workflow, workflow_id)
+        assert wf is not None
+        between()
+        wf.signal("go", idempotency_key=key)
+        session.commit()
+
+
+def _someone_else_writes(gd: Any) -> None:
+    with Session(gd.engine) as other:
+        other.add(Order(status="elsewhere"))
+        other.commit()
+
+
+def test_on_sqlite_a_handler_that_reads_first_fails_if_someone_commits_before_its_signal(gd):
+    # Why immediate_transactions exists: the deferred read transaction's snapshot is overtaken.
+    if gd.engine.dialect.name != "sqlite":
+        pytest.skip("PostgreSQL and MariaDB lock the workflow row; there is no snapshot to lose")
+    (workflow_id,) = _workflows(gd, ConcurrentSignals, 1)
+    with pytest.raises(OperationalError, match="database is locked"):
+        _read_then_signal(gd.engine, workflow_id, "k", lambda: _someone_else_writes(gd))
+
+
+def test_a_handler_on_immediate_transactions_reads_then_signals_while_others_commit(gd):
+    # The same handler on immediate_transactions(engine): the other writer waits for it (on
+    # SQLite, within the busy timeout) instead of making it fail; elsewhere nothing changes.
+    (workflow_id,) = _workflows(gd, ConcurrentSignals, 1)
+    handler_engine = immediate_transactions(gd.engine)
+    other = threading.Thread(target=_someone_else_writes, args=(gd,))
+
+    _read_then_signal(handler_engine, workflow_id, "k", other.start)
+    other.join(timeout=60)
+
+    assert not other.is_alive()
+    with Session(gd.engine) as session:
+        count = select(func.count()).select_from(Signal).where(Signal.workflow_id == workflow_id)
+        assert session.scalar(count) == 1
+        assert session.scalar(select(func.count()).select_from(Order)) >= 1
