@@ -11,7 +11,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import Session
 
-from geneva_drive import Workflow, step
+from geneva_drive import Workflow, resumable_step, step
 from geneva_drive.errors import UnitOfWorkError
 from geneva_drive.executor import RunOptions, run_execution
 from tests.engine._support import executions, history, reload
@@ -133,3 +133,31 @@ def test_a_step_that_swallows_a_lost_connection_fails_and_its_policy_applies(ses
         ("first", "completed", "reattempted"),
         ("first", "scheduled", None),
     ]
+
+
+class BrokenResumable(Workflow):
+    @resumable_step(on_exception="reattempt", max_reattempts=1)
+    def walk(self, it: Any) -> None:
+        for item in it.iterate_over([1, 2, 3]):
+            if item == 2:  # after a checkpoint: the flush breaks the iteration's session
+                _refused(self.session, self.hero)
+                self.session.flush()
+            self.session.add(AuditEntry(order_id=self.hero.id, note=f"item {item}"))
+
+
+def test_a_resumable_step_whose_session_breaks_mid_iteration_fails_and_its_policy_applies(
+    session,
+):
+    wf, _ = _start(session, BrokenResumable)
+
+    _run_current(session, wf, IntegrityError)
+
+    assert history(session, wf) == [
+        ("walk", "completed", "reattempted"),
+        ("walk", "scheduled", None),
+    ]
+    broken = executions(session, wf)[0]
+    assert broken.exception_info is not None
+    assert broken.exception_info["class"] == "sqlalchemy.exc.IntegrityError"
+    assert broken.lease_owner is None
+    assert reload(session, wf).state == "ready"  # reattempted once, as the policy says
