@@ -110,8 +110,8 @@ class IdleThreads:
       the thread it woke, once that thread has claimed a row (:meth:`pass_on`), and so on down
       the idle threads until one finds nothing. Without it the other idle threads slept until
       the poll interval while one thread worked through the bulk. The cost is one empty claim
-      per relayed wake-up (the last thread's); in-process wake-ups are one per row already and
-      are not relayed;
+      per relayed wake-up (the last thread's, which then sleeps on as before, without asking
+      for the next due time); in-process wake-ups are one per row already and are not relayed;
     - of the idle threads sleeping until the *same* due time, the first one wakes on time and
       the others :data:`MIN_IDLE_SECONDS` later, after it has claimed the row, to find the next
       due time. They still wake (rather than sleep the poll interval) in case the first one is
@@ -225,13 +225,14 @@ class IdleThreads:
             return len(self._sleepers)
 
 
-class _PassOn:
-    """One step thread's duty to pass a relayed wake-up on (:meth:`IdleThreads.pass_on`)."""
+class _Relay:
+    """One step thread's part in passing a NOTIFY on (:meth:`IdleThreads.pass_on`)."""
 
     def __init__(self, wakeup: IdleThreads, started: Callable[[int], None]) -> None:
         self._wakeup = wakeup
         self._started = started
         self.armed = False  # the thread's next claim follows a relayed wake-up
+        self._cut_short: tuple[float, datetime | None] | None = None  # (deadline, due)
 
     def started(self, execution_id: int) -> None:
         # The executor's on_started: phase 1 has committed. Passed on here, before the step
@@ -243,6 +244,25 @@ class _PassOn:
         if self.armed:
             self.armed = False
             self._wakeup.pass_on()
+
+    def slept(self, woken: bool, deadline: float, due: datetime | None) -> None:
+        self.armed = woken and self._wakeup.woken_as_relay()
+        self._cut_short = (deadline, due) if self.armed else None
+
+    def after_claim(self, ran: bool | None) -> tuple[float, datetime | None] | None:
+        """Pass on if the claim got a row. If it found none, the rest of the sleep the relayed
+        wake-up cut short: the relay's rows are all claimed and nothing else became due that
+        would not wake a thread of its own, so the next due time need not be asked again —
+        which keeps a NOTIFY's cost at one empty claim (the last thread's)."""
+        if ran:
+            self.claimed()  # a claim that phase 1 ended (no body) passes on here
+        rest = None
+        if ran is False and self.armed and self._cut_short is not None:
+            deadline, due = self._cut_short
+            left = deadline - time.monotonic()
+            rest = (left, due) if left >= MIN_IDLE_SECONDS else None
+        self.armed, self._cut_short = False, None  # the relay ends with this thread
+        return rest
 
 
 class Worker:
@@ -437,8 +457,8 @@ class Worker:
 
     def _loop(self) -> None:
         taken: list[int] = []
-        pass_on = _PassOn(self._wakeup, self.running.started)
-        options = replace(self.options, on_started=pass_on.started)
+        relay = _Relay(self._wakeup, self.running.started)
+        options = replace(self.options, on_started=relay.started)
 
         def take(step: EnqueuedStep) -> bool:
             # Called after phase 3 committed, in this thread: keep a step due now for us.
@@ -454,9 +474,7 @@ class Worker:
         with self._continuing(take):
             while not self._should_exit():
                 ran = self._attempt(taken, options)
-                if ran:
-                    pass_on.claimed()  # a claim that phase 1 ended (no body) passes on here
-                pass_on.armed = False  # claimed nothing (or failed): the relay ends here
+                rest = relay.after_claim(ran)
                 if ran is None or ran:
                     continue
                 if self._wakeup.take_missed():
@@ -467,14 +485,14 @@ class Worker:
                 started = time.monotonic()
                 try:
                     self._survey()
-                    timeout, due = self._next_wake()
+                    timeout, due = rest or self._next_wake()
                 except Exception as error:
                     self._pause_after(error, started)
                     continue
                 with self._count_lock:
                     self.idle_waits += 1
-                if self._wakeup.sleep(timeout, due):
-                    pass_on.armed = self._wakeup.woken_as_relay()
+                deadline = time.monotonic() + timeout
+                relay.slept(self._wakeup.sleep(timeout, due), deadline, due)
 
     def _attempt(self, taken: list[int], options: RunOptions) -> bool | None:
         """:meth:`_claim_and_run`; None if it failed (after the pause that follows)."""

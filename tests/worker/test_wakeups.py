@@ -238,6 +238,47 @@ def test_a_bulk_start_from_another_process_wakes_every_idle_thread_it_needs(
     assert not thread.is_alive()
 
 
+class _CountsIdleQueries(Worker):
+    """Counts the idle-time queries (the next due time) its step threads make."""
+
+    idle_queries = 0
+    _counting = threading.Lock()
+
+    def _next_wake(self) -> tuple[float, datetime | None]:
+        with self._counting:
+            self.idle_queries += 1
+        return super()._next_wake()
+
+
+def test_the_thread_a_relayed_notify_reaches_last_goes_back_to_sleep_without_a_query(
+    gd, session, db_backend
+):
+    worker = _CountsIdleQueries(config=gd, concurrency=2, poll_interval=FOREVER)
+    if db_backend != "postgresql":
+        assert worker.listen is False
+        return
+    thread = _run(worker)
+    try:
+        wait_until_true(lambda: worker.listening, "the worker to LISTEN")
+        wait_until_true(lambda: worker._wakeup.idle == 2, "both step threads to go idle")
+        queries_before, waits_before = worker.idle_queries, worker.idle_waits
+        with configured(backend=DatabaseBackend()):  # not the worker's: its NOTIFY only
+            wf = WakeupsOneStep.create(session)
+            session.commit()
+
+        wait_until_true(finished(gd, wf.id), "the workflow to finish")
+        wait_until_true(lambda: worker.idle_waits == waits_before + 2, "both to sleep again")
+        # The NOTIFY woke one thread, which claimed the row and passed the wake-up on; the
+        # second found nothing and slept on as before. Only the first asked for the next due
+        # time (after its step): one empty claim per NOTIFY, not a claim and a query.
+        assert worker.idle_queries == queries_before + 1
+        assert worker.steps_run == 1
+    finally:
+        worker.stop()
+        thread.join(DEADLINE)
+    assert not thread.is_alive()
+
+
 class _CommitsWhileGoingIdle(Worker):
     """A worker whose only thread sees a row committed between its empty claim and its sleep.
 
