@@ -236,6 +236,20 @@ class Postgres:
     def wal_bytes_since(self, lsn: str) -> int:
         return int(self.admin(f"SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '{lsn}')")[0][0])
 
+    def wal_syncs(self) -> int | None:
+        """WAL fsyncs so far (``pg_stat_wal.wal_sync``, PostgreSQL 14–17; else None): with
+        the commits, how many commits each flush carried (group commit)."""
+        try:
+            return int(self.admin("SELECT wal_sync FROM pg_stat_wal")[0][0])
+        except Exception:  # PostgreSQL 18 moved it to pg_stat_io
+            try:
+                rows = self.admin(
+                    "SELECT coalesce(sum(fsyncs), 0) FROM pg_stat_io WHERE object = 'wal'"
+                )
+                return int(rows[0][0])
+            except Exception:
+                return None
+
     def stop(self) -> None:
         with contextlib.suppress(Exception):
             self.handle.cleanup()
@@ -323,6 +337,61 @@ def commits(pg_url_socket: str, database: str) -> int:
             "SELECT xact_commit FROM pg_stat_database WHERE datname = %s", (database,)
         ).fetchone()
         return int(row[0]) if row else 0
+
+
+class WaitSampler:
+    """What the database's client backends wait on, sampled from ``pg_stat_activity``.
+
+    Every ``interval`` seconds, on a connection of its own (in a thread): each client backend
+    of ``database`` is counted as idle (waiting for its client: the worker or driver is busy),
+    on CPU (active, no wait event) or under its wait event (``LWLock:WALWrite`` — queued
+    behind another backend's WAL flush, i.e. group commit; ``IO:WALSync`` — doing the fsync;
+    ``Lock:…`` — a row or transaction lock; ``LWLock:BufferContent`` — a hot page, such as
+    the right edge of an index). ``summary()``: the share of the non-idle samples per state
+    and the mean number of backends not idle. Read-only and cheap (20 queries a second).
+    """
+
+    def __init__(self, dsn: str, database: str, interval: float = 0.05) -> None:
+        import threading
+
+        self.dsn, self.database, self.interval = dsn, database, interval
+        self.counts: dict[str, int] = {}
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="bench-waits", daemon=True)
+
+    def __enter__(self) -> WaitSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        import psycopg
+
+        query = (
+            "SELECT CASE WHEN state LIKE 'idle%%' THEN 'idle' WHEN wait_event IS NULL THEN "
+            "'CPU' ELSE wait_event_type || ':' || wait_event END FROM pg_stat_activity "
+            "WHERE datname = %s AND backend_type = 'client backend' AND pid <> pg_backend_pid()"
+        )
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            while not self._stop.wait(self.interval):
+                rows = conn.execute(query, (self.database,)).fetchall()
+                self.samples += 1
+                for (state,) in rows:
+                    self.counts[state] = self.counts.get(state, 0) + 1
+
+    def summary(self) -> dict[str, Any]:
+        busy = {k: v for k, v in self.counts.items() if k != "idle"}
+        total = sum(busy.values())
+        shares = sorted(busy.items(), key=lambda kv: -kv[1])
+        return {
+            "samples": self.samples,
+            "busy_backends_mean": round(total / self.samples, 2) if self.samples else None,
+            "busy_share": {k: round(v / total, 3) for k, v in shares[:8]} if total else {},
+        }
 
 
 def settled_commits(dsn: str, database: str, settle: float = 1.5) -> int:

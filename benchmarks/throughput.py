@@ -16,6 +16,7 @@ gap and first-step start latency under this load.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import tempfile
@@ -27,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _gd
 import gd_app
 from _common import (
+    WaitSampler,
     commits,
     emit,
     log,
@@ -63,7 +65,10 @@ def one_mode(args: argparse.Namespace, server, processes: int) -> dict:  # type:
     before = commits(dsn, name) if dsn else None
     server_cpu0 = server.cpu_s() if dsn else None
     wal0 = server.wal_lsn() if dsn else None
+    syncs0 = server.wal_syncs() if dsn else None
     cpu0 = self_gauges()["cpu_s"]
+    # On the "postgres" database: its own statements must not count as the run's commits.
+    waits = WaitSampler(server.url("postgres", driver="postgresql"), name) if dsn and name else None
     trace_prefix = str(Path(tempfile.mkdtemp(prefix="gd-bench-trace-")) / "trace")
     gd_app.TRACE.clear()
     if processes == 0:
@@ -86,7 +91,8 @@ def one_mode(args: argparse.Namespace, server, processes: int) -> dict:  # type:
         try:
             if driver is not None:
                 driver.start()
-            run = _gd.run_processes(engine, procs, args.workflows, started, t0)
+            with waits or contextlib.nullcontext():
+                run = _gd.run_processes(engine, procs, args.workflows, started, t0)
         finally:
             if driver is not None:
                 driver.join()
@@ -99,12 +105,14 @@ def one_mode(args: argparse.Namespace, server, processes: int) -> dict:  # type:
             for g in run.gauges
         ]
     engine.dispose()
-    after = server_cpu = wal = None
+    after = server_cpu = wal = syncs = None
     if dsn:
         time.sleep(0.5)  # let the workers' backends exit (and report their counters)
         after = commits(dsn, name)
         server_cpu = server.cpu_s() - server_cpu0
         wal = server.wal_bytes_since(wal0)
+        syncs1 = server.wal_syncs()
+        syncs = syncs1 - syncs0 if syncs0 is not None and syncs1 is not None else None
     rows = _gd.executions(engine)
     engine.dispose()
     steps = len(rows)
@@ -136,6 +144,9 @@ def one_mode(args: argparse.Namespace, server, processes: int) -> dict:  # type:
         # databases' idle processes included - there are none here).
         "server_cpu_ms_per_step": round(server_cpu * 1000 / steps, 3) if dsn else None,
         "wal_bytes_per_step": round(wal / steps) if dsn else None,
+        "wal_fsyncs_per_step": round(syncs / steps, 3) if syncs is not None else None,
+        # What the server's client backends waited on while the workers ran (worker modes).
+        "server_waits": waits.summary() if waits is not None and waits.samples else None,
         "peak_rss_mb": round(rss, 1),
         "worker_processes": procs_info,
         # Next step's body start − previous body's end, as the step bodies saw it.

@@ -6,8 +6,9 @@ Threads of one worker process:
   phase 1 are one transaction, ``FOR UPDATE OF workflows SKIP LOCKED``), run it, and — eager
   continuation — if that step scheduled its successor due now on a queue this worker serves,
   claim that one by id and run it straight away. When nothing is due a thread sleeps until the
-  next due time, the poll interval, or a wake-up, whichever comes first. A wake-up (one per
-  row made due) reaches *one* idle thread; see :class:`IdleThreads`.
+  next due time, the poll interval, or a wake-up, whichever comes first. A wake-up reaches
+  *one* idle thread; one that stands for a whole transaction (a NOTIFY) is passed on to the
+  next idle thread by each thread that claims something after it; see :class:`IdleThreads`.
 - **the maintenance thread** heartbeats every ``lease / 3``: it extends the leases of the
   executions its step threads are running right now (see :mod:`geneva_drive.leases`; a row
   leased to this worker that no thread runs any more is left to expire), recovers
@@ -44,7 +45,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from types import FrameType
 
@@ -88,6 +89,7 @@ def freeze_startup_objects() -> None:
 class _Sleeper:
     event: threading.Event
     due: datetime | None  # the due time it sleeps until; None: the poll interval
+    relay: bool = False  # woken by a wake-up it is to pass on after a successful claim
 
 
 class IdleThreads:
@@ -103,6 +105,13 @@ class IdleThreads:
       thread, the most recently idle one that is not timing a due row for the others;
     - a wake-up that finds no thread idle is not lost: it is counted, and the next thread about
       to sleep claims again instead (at most one extra claim per thread);
+    - a *relayed* wake-up (``set(relay=True)``: a NOTIFY, which PostgreSQL sends once per
+      transaction however many rows it made due — a ``create_many`` of 500) is passed on by
+      the thread it woke, once that thread has claimed a row (:meth:`pass_on`), and so on down
+      the idle threads until one finds nothing. Without it the other idle threads slept until
+      the poll interval while one thread worked through the bulk. The cost is one empty claim
+      per relayed wake-up (the last thread's, which then sleeps on as before, without asking
+      for the next due time); in-process wake-ups are one per row already and are not relayed;
     - of the idle threads sleeping until the *same* due time, the first one wakes on time and
       the others :data:`MIN_IDLE_SECONDS` later, after it has claimed the row, to find the next
       due time. They still wake (rather than sleep the poll interval) in case the first one is
@@ -118,20 +127,42 @@ class IdleThreads:
         self._sleepers: list[_Sleeper] = []  # the most recently idle last
         self._missed = 0
         self._closed = False
+        self._woken = threading.local()  # per thread: was its last wake-up a relay?
 
-    def set(self) -> None:
-        """Wake one idle thread, or the next one that is about to sleep."""
+    def set(self, *, relay: bool = False) -> None:
+        """Wake one idle thread, or the next one that is about to sleep.
+
+        ``relay``: the wake-up may stand for several rows (see :meth:`pass_on`).
+        """
         with self._lock:
             if self._closed:
                 return
-            sleeper = self._pick()
-            if sleeper is None:
+            if not self._wake_one(relay):
                 # Capped: wake-ups that arrive while every thread is busy need at most one
-                # extra claim per thread (a busy thread claims again after each step anyway).
+                # extra claim per thread (a busy thread claims again after each step anyway;
+                # no thread is idle, so there is nobody to relay to either).
                 self._missed = min(self._missed + 1, self._threads)
-                return
-            self._sleepers.remove(sleeper)
-            sleeper.event.set()
+
+    def pass_on(self) -> None:
+        """Wake one more idle thread, as a relay; nothing if none is idle (never counted as
+        missed: every thread is busy, and each claims again after its step)."""
+        with self._lock:
+            if not self._closed:
+                self._wake_one(relay=True)
+
+    def woken_as_relay(self) -> bool:
+        """Whether this thread's last :meth:`sleep` ended by a relayed wake-up."""
+        return bool(getattr(self._woken, "relay", False))
+
+    def _wake_one(self, relay: bool) -> bool:
+        # Under the lock.
+        sleeper = self._pick()
+        if sleeper is None:
+            return False
+        self._sleepers.remove(sleeper)
+        sleeper.relay = relay
+        sleeper.event.set()
+        return True
 
     def _pick(self) -> _Sleeper | None:
         # Prefer a thread that times no due row for the others: the one that does keeps doing
@@ -160,6 +191,7 @@ class IdleThreads:
         Returns True if woken (by :meth:`set`, a missed wake-up, or :meth:`close`).
         """
         me = _Sleeper(threading.Event(), due)
+        self._woken.relay = False
         with self._lock:
             # Checked under the lock that set() takes: a wake-up that came while this thread
             # was between its empty claim and here is either counted or finds it listed.
@@ -169,13 +201,14 @@ class IdleThreads:
             if due is not None and self._timer_of(due) is not None:
                 timeout += MIN_IDLE_SECONDS  # another thread wakes for that row first
             self._sleepers.append(me)
-        if me.event.wait(timeout):
-            return True
-        with self._lock:
-            if me in self._sleepers:
-                self._sleepers.remove(me)
-                return False
-        return True  # set() picked it between the timeout and the lock: count it as woken
+        if not me.event.wait(timeout):
+            with self._lock:
+                if me in self._sleepers:
+                    self._sleepers.remove(me)
+                    return False
+            # else set() picked it between the timeout and the lock: count it as woken
+        self._woken.relay = me.relay  # written under the lock before its event was set
+        return True
 
     def close(self) -> None:
         """Wake every idle thread, now and from now on (the worker is stopping)."""
@@ -190,6 +223,46 @@ class IdleThreads:
         """How many threads are asleep right now."""
         with self._lock:
             return len(self._sleepers)
+
+
+class _Relay:
+    """One step thread's part in passing a NOTIFY on (:meth:`IdleThreads.pass_on`)."""
+
+    def __init__(self, wakeup: IdleThreads, started: Callable[[int], None]) -> None:
+        self._wakeup = wakeup
+        self._started = started
+        self.armed = False  # the thread's next claim follows a relayed wake-up
+        self._cut_short: tuple[float, datetime | None] | None = None  # (deadline, due)
+
+    def started(self, execution_id: int) -> None:
+        # The executor's on_started: phase 1 has committed. Passed on here, before the step
+        # body runs, so the next thread claims while this one works — not after a long step.
+        self._started(execution_id)
+        self.claimed()
+
+    def claimed(self) -> None:
+        if self.armed:
+            self.armed = False
+            self._wakeup.pass_on()
+
+    def slept(self, woken: bool, deadline: float, due: datetime | None) -> None:
+        self.armed = woken and self._wakeup.woken_as_relay()
+        self._cut_short = (deadline, due) if self.armed else None
+
+    def after_claim(self, ran: bool | None) -> tuple[float, datetime | None] | None:
+        """Pass on if the claim got a row. If it found none, the rest of the sleep the relayed
+        wake-up cut short: the relay's rows are all claimed and nothing else became due that
+        would not wake a thread of its own, so the next due time need not be asked again —
+        which keeps a NOTIFY's cost at one empty claim (the last thread's)."""
+        if ran:
+            self.claimed()  # a claim that phase 1 ended (no body) passes on here
+        rest = None
+        if ran is False and self.armed and self._cut_short is not None:
+            deadline, due = self._cut_short
+            left = deadline - time.monotonic()
+            rest = (left, due) if left >= MIN_IDLE_SECONDS else None
+        self.armed, self._cut_short = False, None  # the relay ends with this thread
+        return rest
 
 
 class Worker:
@@ -384,6 +457,8 @@ class Worker:
 
     def _loop(self) -> None:
         taken: list[int] = []
+        relay = _Relay(self._wakeup, self.running.started)
+        options = replace(self.options, on_started=relay.started)
 
         def take(step: EnqueuedStep) -> bool:
             # Called after phase 3 committed, in this thread: keep a step due now for us.
@@ -398,7 +473,8 @@ class Worker:
 
         with self._continuing(take):
             while not self._should_exit():
-                ran = self._attempt(taken)
+                ran = self._attempt(taken, options)
+                rest = relay.after_claim(ran)
                 if ran is None or ran:
                     continue
                 if self._wakeup.take_missed():
@@ -409,19 +485,20 @@ class Worker:
                 started = time.monotonic()
                 try:
                     self._survey()
-                    timeout, due = self._next_wake()
+                    timeout, due = rest or self._next_wake()
                 except Exception as error:
                     self._pause_after(error, started)
                     continue
                 with self._count_lock:
                     self.idle_waits += 1
-                self._wakeup.sleep(timeout, due)
+                deadline = time.monotonic() + timeout
+                relay.slept(self._wakeup.sleep(timeout, due), deadline, due)
 
-    def _attempt(self, taken: list[int]) -> bool | None:
+    def _attempt(self, taken: list[int], options: RunOptions) -> bool | None:
         """:meth:`_claim_and_run`; None if it failed (after the pause that follows)."""
         started = time.monotonic()
         try:
-            return self._claim_and_run(taken)
+            return self._claim_and_run(taken, options)
         except Exception as error:
             failure = error
         finally:
@@ -434,15 +511,15 @@ class Worker:
         self._pause_after(failure, started)
         return None
 
-    def _claim_and_run(self, taken: list[int]) -> bool:
+    def _claim_and_run(self, taken: list[int], options: RunOptions) -> bool:
         """Claim and run one due execution, then any this thread kept for itself."""
         scope = self.scope
-        ran = claim_and_run(scope, self.options, self.config)
+        ran = claim_and_run(scope, options, self.config)
         self.outages.ok()
         if ran:
             self._count()
         while taken and not self._should_exit():
-            if claim_and_run(scope, self.options, self.config, execution_id=taken.pop()):
+            if claim_and_run(scope, options, self.config, execution_id=taken.pop()):
                 self._count(eager=True)
         return ran
 
@@ -582,7 +659,8 @@ class Worker:
                 while not self._done.is_set():
                     for note in driver.notifies(timeout=1.0):
                         if not self.queues or note.payload in self.queues:
-                            self._wakeup.set()
+                            # One per transaction, however many rows it made due: relayed.
+                            self._wakeup.set(relay=True)
             except Exception as error:
                 if self._done.is_set():
                     break

@@ -7,7 +7,8 @@ from datetime import datetime
 
 from sqlalchemy.orm import Session
 
-from geneva_drive import Workflow, step
+from geneva_drive import DatabaseBackend, Workflow, step
+from geneva_drive.config import configured
 from geneva_drive.worker import IdleThreads, Worker
 from tests.worker._support import DEADLINE, finished, wait_until_true
 
@@ -110,6 +111,41 @@ def test_a_wakeup_spares_the_thread_timing_a_due_row_for_the_others():
         sleepers.close()
 
 
+def test_a_relayed_wakeup_is_passed_on_to_the_next_idle_thread_by_the_one_it_woke():
+    sleepers = _Sleepers(IdleThreads(3))
+    woken_as_relay: list[bool] = []
+
+    def sleep_then_report() -> None:
+        sleepers.idle.sleep(FOREVER, None)
+        woken_as_relay.append(sleepers.idle.woken_as_relay())
+
+    try:
+        sleepers.start("a")
+        sleepers.start("b")
+        reporter = threading.Thread(target=sleep_then_report, daemon=True)
+        reporter.start()
+        wait_until_true(lambda: sleepers.idle.idle == 3, "the reporter to go idle")
+
+        sleepers.idle.set(relay=True)  # a NOTIFY: wakes the most recently idle, as a relay
+        reporter.join(DEADLINE)
+        assert woken_as_relay == [True]
+        assert sleepers.idle.idle == 2
+        sleepers.idle.pass_on()  # it claimed a row: the next idle thread claims too
+        assert sleepers.wait_returned(1) == ["b"]
+    finally:
+        sleepers.close()
+
+
+def test_an_in_process_wakeup_is_not_a_relay_and_passing_on_with_none_idle_counts_nothing():
+    idle = IdleThreads(2)
+    idle.pass_on()  # nobody idle: every thread is busy and claims again after its step
+    assert idle.take_missed() is False
+
+    idle.set()  # no thread idle: counted as missed, so the next sleep returns at once
+    assert idle.sleep(FOREVER, None) is True
+    assert idle.woken_as_relay() is False
+
+
 def test_after_close_no_thread_sleeps():
     idle = IdleThreads(1)
     idle.close()
@@ -146,6 +182,96 @@ def test_a_commit_wakes_one_of_the_idle_step_threads(gd, session):
         # One thread woke, ran the step, found nothing more and went back to sleep; the other
         # three never woke (a shared Event woke all four: four claims for one row).
         assert worker.idle_waits == before + 1
+        assert worker.steps_run == 1
+    finally:
+        worker.stop()
+        thread.join(DEADLINE)
+    assert not thread.is_alive()
+
+
+class WakeupsHeldStep(Workflow):
+    """Its step holds its thread until released, counting how many threads hold one."""
+
+    may_proceed_without_hero = True
+    running = 0
+    changed = threading.Condition()
+    release = threading.Event()
+
+    @step
+    def only(self) -> None:
+        cls = WakeupsHeldStep
+        with cls.changed:
+            cls.running += 1
+            cls.changed.notify_all()
+        assert cls.release.wait(DEADLINE), "the test never released the held steps"
+
+
+def test_a_bulk_start_from_another_process_wakes_every_idle_thread_it_needs(
+    gd, session, db_backend
+):
+    threads = 4
+    worker = Worker(config=gd, concurrency=threads, poll_interval=FOREVER)
+    if db_backend != "postgresql":
+        assert worker.listen is False  # no NOTIFY here: another process's starts are polled
+        return
+    WakeupsHeldStep.running = 0
+    WakeupsHeldStep.release = threading.Event()
+    thread = _run(worker)
+    try:
+        wait_until_true(lambda: worker.listening, "the worker to LISTEN")
+        wait_until_true(lambda: worker._wakeup.idle == threads, "every step thread to go idle")
+        with configured(backend=DatabaseBackend()):  # not the worker's: its NOTIFY only
+            WakeupsHeldStep.create_many(session, count=threads + 2)
+            session.commit()
+
+        # One NOTIFY for the whole transaction. Each thread that claims passes it on, so all
+        # four hold a step long before the ten-minute poll interval would have woken them.
+        with WakeupsHeldStep.changed:
+            all_running = WakeupsHeldStep.changed.wait_for(
+                lambda: WakeupsHeldStep.running == threads, timeout=DEADLINE
+            )
+        assert all_running, f"only {WakeupsHeldStep.running} of {threads} threads started"
+    finally:
+        WakeupsHeldStep.release.set()
+        worker.stop()
+        thread.join(DEADLINE)
+    assert not thread.is_alive()
+
+
+class _CountsIdleQueries(Worker):
+    """Counts the idle-time queries (the next due time) its step threads make."""
+
+    idle_queries = 0
+    _counting = threading.Lock()
+
+    def _next_wake(self) -> tuple[float, datetime | None]:
+        with self._counting:
+            self.idle_queries += 1
+        return super()._next_wake()
+
+
+def test_the_thread_a_relayed_notify_reaches_last_goes_back_to_sleep_without_a_query(
+    gd, session, db_backend
+):
+    worker = _CountsIdleQueries(config=gd, concurrency=2, poll_interval=FOREVER)
+    if db_backend != "postgresql":
+        assert worker.listen is False
+        return
+    thread = _run(worker)
+    try:
+        wait_until_true(lambda: worker.listening, "the worker to LISTEN")
+        wait_until_true(lambda: worker._wakeup.idle == 2, "both step threads to go idle")
+        queries_before, waits_before = worker.idle_queries, worker.idle_waits
+        with configured(backend=DatabaseBackend()):  # not the worker's: its NOTIFY only
+            wf = WakeupsOneStep.create(session)
+            session.commit()
+
+        wait_until_true(finished(gd, wf.id), "the workflow to finish")
+        wait_until_true(lambda: worker.idle_waits == waits_before + 2, "both to sleep again")
+        # The NOTIFY woke one thread, which claimed the row and passed the wake-up on; the
+        # second found nothing and slept on as before. Only the first asked for the next due
+        # time (after its step): one empty claim per NOTIFY, not a claim and a query.
+        assert worker.idle_queries == queries_before + 1
         assert worker.steps_run == 1
     finally:
         worker.stop()
