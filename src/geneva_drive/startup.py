@@ -183,10 +183,17 @@ class Outages:
                 self._delay = min(self._delay * 2, self._cap)
             return self._delay
 
-    def ok(self) -> None:
-        """Record a successful round trip: ends the outage, if there was one."""
+    def ok(self, started: float | None = None) -> None:
+        """Record a successful round trip: ends the outage, if there was one.
+
+        ``started``: when the attempt began. One begun before the outage was noticed may
+        still finish on a connection the outage has not reached yet (a proxy or partition
+        cuts connections one by one); that says nothing about the database being back.
+        """
         with self._lock:  # uncontended but for an outage's end: cheap next to a claim
             if self._since is None:
+                return
+            if started is not None and started < self._since:
                 return
             self._back_at = time.monotonic()
             lasted = self._back_at - self._since

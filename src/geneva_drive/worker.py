@@ -498,7 +498,7 @@ class Worker:
         """:meth:`_claim_and_run`; None if it failed (after the pause that follows)."""
         started = time.monotonic()
         try:
-            return self._claim_and_run(taken, options)
+            return self._claim_and_run(taken, options, started)
         except Exception as error:
             failure = error
         finally:
@@ -511,11 +511,11 @@ class Worker:
         self._pause_after(failure, started)
         return None
 
-    def _claim_and_run(self, taken: list[int], options: RunOptions) -> bool:
+    def _claim_and_run(self, taken: list[int], options: RunOptions, started: float) -> bool:
         """Claim and run one due execution, then any this thread kept for itself."""
         scope = self.scope
         ran = claim_and_run(scope, options, self.config)
-        self.outages.ok()
+        self.outages.ok(started)
         if ran:
             self._count()
         while taken and not self._should_exit():

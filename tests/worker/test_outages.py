@@ -137,3 +137,21 @@ def test_an_attempt_begun_before_the_database_came_back_that_fails_late_is_no_ne
     assert outages.count == 2
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 2
+
+
+def test_a_success_of_an_attempt_begun_before_the_outage_does_not_end_it(caplog):
+    # A claim in flight on a connection the cut has not reached yet finishes fine after
+    # another thread's failure started the outage: that is no sign the database is back.
+    from geneva_drive.startup import Outages
+
+    outages = Outages(logging.getLogger("geneva_drive.test_outages"))
+    begun_before = time.monotonic()
+    with caplog.at_level(logging.INFO, logger="geneva_drive.test_outages"):
+        outages.failed(ConnectionError("server closed the connection unexpectedly"))
+        outages.ok(started=begun_before)
+        assert outages.ongoing
+        outages.ok(started=time.monotonic())  # a retry begun during the outage succeeds
+    assert not outages.ongoing
+    assert [r.getMessage().split(" after")[0] for r in caplog.records if r.levelno == 20] == [
+        "database is back"
+    ]
