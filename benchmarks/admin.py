@@ -29,7 +29,7 @@ import random
 import re
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -345,6 +345,25 @@ def _counter(session: Session, where: WorkflowFilter) -> Callable[[], Any]:
     return lambda: admin.count(session, where)
 
 
+def filled_databases(sizes: str, executions_per: int) -> Iterator[tuple[Any, int]]:
+    """For each of the comma-separated ``sizes``: a fresh database filled with that many
+    workflows on a private PostgreSQL, configured; dropped when the caller moves on."""
+    server = start_postgres("async")
+    try:
+        for n in (int(size) for size in sizes.split(",")):
+            name, url = server.create_database()
+            engine = geneva_drive.create_engine(url)
+            geneva_drive.install(engine)
+            configure(engine=engine)
+            log(f"size {n:,} workflows, {n * executions_per:,} executions")
+            emit(size=n, what="fill", seconds=fill(server, name, n, executions_per))
+            yield engine, n
+            engine.dispose()
+            server.drop_database(name)
+    finally:
+        server.stop()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="10000,100000,1000000")
@@ -352,20 +371,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=30)
     args = parser.parse_args()
     emit(machine=machine())
-    server = start_postgres("async")
-    try:
-        for n in (int(size) for size in args.sizes.split(",")):
-            name, url = server.create_database()
-            engine = geneva_drive.create_engine(url)
-            geneva_drive.install(engine)
-            configure(engine=engine)
-            log(f"size {n:,} workflows, {n * args.executions_per:,} executions")
-            emit(size=n, what="fill", seconds=fill(server, name, n, args.executions_per))
-            measure(engine, n, args.repeat)
-            engine.dispose()
-            server.drop_database(name)
-    finally:
-        server.stop()
+    for engine, n in filled_databases(args.sizes, args.executions_per):
+        measure(engine, n, args.repeat)
 
 
 if __name__ == "__main__":

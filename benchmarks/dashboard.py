@@ -24,8 +24,8 @@ from urllib.parse import urlencode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import emit, log, machine, percentile, start_postgres
-from admin import EVERY, NOW, fill
+from _common import emit, log, machine, percentile
+from admin import EVERY, NOW, filled_databases
 from starlette.testclient import TestClient
 
 import geneva_drive
@@ -96,20 +96,8 @@ def main() -> None:
         configure(engine=engine)
         measure(engine, int(args.sizes), args.requests)
         return
-    server = start_postgres("async")
-    try:
-        for n in (int(size) for size in args.sizes.split(",")):
-            name, url = server.create_database()
-            engine = geneva_drive.create_engine(url)
-            geneva_drive.install(engine)
-            configure(engine=engine)
-            log(f"size {n:,} workflows, {n * args.executions_per:,} executions")
-            emit(size=n, what="fill", seconds=fill(server, name, n, args.executions_per))
-            measure(engine, n, args.requests)
-            engine.dispose()
-            server.drop_database(name)
-    finally:
-        server.stop()
+    for engine, n in filled_databases(args.sizes, args.executions_per):
+        measure(engine, n, args.requests)
 
 
 if __name__ == "__main__":
