@@ -20,7 +20,7 @@ One strategy per dialect, chosen once (:func:`starter_for`); callers never ask t
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from sqlalchemy import Connection, String, bindparam, cast, func, insert, select, true, tuple_
@@ -371,7 +371,6 @@ def _create_stmt(wake: bool) -> Any:
     queued by the transaction and delivered at its commit (never for a rollback).
     """
     workflows: Any = workflow_model().__table__
-    executions: Any = StepExecution.__table__
     w_columns = sa_inspect(workflow_model()).column_attrs
     w = (
         postgresql.insert(workflows)
@@ -385,20 +384,7 @@ def _create_stmt(wake: bool) -> Any:
         .returning(workflows.c.id)
         .cte("w")
     )
-    x_columns = sa_inspect(StepExecution).column_attrs
-    keys = _execution_keys()
-    values = [
-        w.c.id if key == "workflow_id" else bindparam(key, type_=x_columns[key].columns[0].type)
-        for key in keys
-    ]
-    # With the wake-up: a cross join with its one row, which makes PostgreSQL evaluate it.
-    source = select(*values).select_from(w.join(_wake_cte(), true()) if wake else w)
-    x = (
-        executions.insert()
-        .from_select([x_columns[k].columns[0] for k in keys], source)
-        .returning(executions.c.id, executions.c.workflow_id)
-        .cte("x")
-    )
+    x = _first_executions(w, wake, lambda key, type_: bindparam(key, type_=type_))
     return select(x.c.id, x.c.workflow_id)
 
 
@@ -412,7 +398,6 @@ def _start_many_stmt(wake: bool) -> Any:
     passes each hero once anyway.
     """
     workflows: Any = workflow_model().__table__
-    executions: Any = StepExecution.__table__
     w_columns = sa_inspect(workflow_model()).column_attrs
     heroes = (
         func.unnest(
@@ -434,25 +419,35 @@ def _start_many_stmt(wake: bool) -> Any:
         .returning(*_hero_columns())
         .cte("w")
     )
-    x_columns = sa_inspect(StepExecution).column_attrs
-    keys = _execution_keys()
-    values = [
-        w.c.id if key == "workflow_id" else _typed(key, x_columns[key].columns[0].type)
-        for key in keys
-    ]
-    source = select(*values).select_from(w.join(_wake_cte(), true()) if wake else w)
-    x = (
-        executions.insert()
-        .from_select([x_columns[k].columns[0] for k in keys], source)
-        .returning(executions.c.id, executions.c.workflow_id)
-        .cte("x")
-    )
+    x = _first_executions(w, wake, _typed)
     return select(w.c.id, w.c.hero_type, w.c.hero_id, x.c.id).join_from(
         w, x, x.c.workflow_id == w.c.id
     )
 
 
 _HERO_KEYS = ("hero_type", "hero_id")
+
+
+def _first_executions(w: Any, wake: bool, param: Callable[[str, Any], Any]) -> Any:
+    """The CTE ``x AS (INSERT execution SELECT … FROM w RETURNING id, workflow_id)``: one first
+    execution per workflow the CTE ``w`` inserted, its other columns from ``param(key, type)``.
+
+    With the wake-up: a cross join with its one row, which makes PostgreSQL evaluate it.
+    """
+    executions: Any = StepExecution.__table__
+    x_columns = sa_inspect(StepExecution).column_attrs
+    keys = _execution_keys()
+    values = [
+        w.c.id if key == "workflow_id" else param(key, x_columns[key].columns[0].type)
+        for key in keys
+    ]
+    source = select(*values).select_from(w.join(_wake_cte(), true()) if wake else w)
+    return (
+        executions.insert()
+        .from_select([x_columns[k].columns[0] for k in keys], source)
+        .returning(executions.c.id, executions.c.workflow_id)
+        .cte("x")
+    )
 
 
 def _typed(name: str, type_: Any) -> Any:
