@@ -166,6 +166,22 @@ def _partial_index(name: str, *columns: str, state: str) -> tuple[Index, Index]:
     )
 
 
+def _non_null_index(name: str, column: str) -> tuple[Index, Index]:
+    """An index over the rows where ``column`` is set (PostgreSQL, SQLite; MySQL/MariaDB: all).
+
+    Every query on such a column compares it with a value, which implies ``IS NOT NULL``, so
+    both planners still use the partial index; the rows without a value cost it no write.
+    """
+    where = text(f"{column} IS NOT NULL")
+    return (
+        only_on(
+            Index(name, column, postgresql_where=where, sqlite_where=where),
+            PARTIAL_INDEX_DIALECTS,
+        ),
+        only_on(Index(name, column), MYSQL_DIALECTS),
+    )
+
+
 # MySQL/MariaDB have no partial indexes, so each partial UNIQUE index becomes a STORED generated
 # column that is NULL except on the rows the rule covers, with a unique index on it (NULLs never
 # collide). The ORM never reads or writes these columns; they are added to the tables by the
@@ -282,7 +298,10 @@ class StepExecution(Timestamps, Base):
         # Not (workflow_id), (state) nor (scheduled_for), which the gem has: wider or partial
         # indexes below serve every query on them, and every index costs a write per state
         # change (see 0003 and 0004).
-        Index("ix_geneva_drive_step_executions_finished_at", "finished_at"),
+        # The three below index only the rows that have a value (migration 0006): most rows
+        # never get a continuation or a signal, and an active row has no finished_at, so a
+        # NULL entry would be written at every step for queries that never look for NULL.
+        *_non_null_index("ix_geneva_drive_step_executions_finished_at", "finished_at"),
         # Scheduled rows by due time (the idle worker's next due time, the stuck-scheduled
         # sweep). Partial, not (state, scheduled_for) over the whole history: on a sudden
         # backlog SQLite took that one for the claim and sorted every due row (migration 0004).
@@ -291,8 +310,8 @@ class StepExecution(Timestamps, Base):
         ),
         Index("ix_geneva_drive_step_executions_workflow_created", "workflow_id", "created_at"),
         Index("ix_geneva_drive_step_executions_workflow_state", "workflow_id", "state"),
-        Index("ix_geneva_drive_step_executions_continues_from_id", "continues_from_id"),
-        Index("ix_geneva_drive_step_executions_signal_id", "signal_id"),
+        *_non_null_index("ix_geneva_drive_step_executions_continues_from_id", "continues_from_id"),
+        *_non_null_index("ix_geneva_drive_step_executions_signal_id", "signal_id"),
         # At most one scheduled/in-progress execution per workflow ("waiting" is kept single by
         # the stray sweep instead, so a parked row never blocks the creation of its successor).
         # MySQL/MariaDB: a unique generated column instead (see MYSQL_UNIQUE_KEYS).

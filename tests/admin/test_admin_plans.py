@@ -295,3 +295,21 @@ def test_stats_read_only_the_live_rows_and_the_last_hour(seeded, session, db_bac
     assert re.search(r"ix_geneva_drive_step_executions_(due|scheduled)", joined), joined
     assert re.search(r"ix_geneva_drive_step_executions_(waiting|awaiting)", joined), joined
     _no_full_scans(plans, db_backend)
+
+
+def test_a_continuation_and_a_signals_executions_are_found_by_their_partial_indexes(
+    seeded, session, db_backend
+):
+    # The two indexes hold only the rows that have a value (migration 0006): a lookup by
+    # value must still read them, not every execution.
+    from geneva_drive import queries
+    from geneva_drive.queries import signals as signal_queries
+
+    successor = _plans(seeded, db_backend, lambda: queries.successor_of(session, 41))
+    attached = _plans(
+        seeded, db_backend, lambda: signal_queries.executions_attached_to(session, 41)
+    )
+
+    assert "ix_geneva_drive_step_executions_continues_from_id" in "\n".join(successor), successor
+    assert "ix_geneva_drive_step_executions_signal_id" in "\n".join(attached), attached
+    _no_full_scans(successor + attached, db_backend)
