@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from sqlalchemy import event
 from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.orm import InstanceState, Session, configure_mappers, object_session
 
@@ -38,7 +37,7 @@ from .backends.database import DUE_NOW_MARGIN, DatabaseBackend
 from .config import enqueues_deferred, settings, settings_of
 from .errors import StepConfigurationError, WorkflowAlreadyOngoing
 from .limits import MAX_HERO_ID, MAX_HERO_TYPE
-from .queries.bypass import as_loaded, connection_of, remember_workflow_lock
+from .queries.bypass import as_inserted, connection_of, remember_workflow_lock
 from .queries.starting import Hero, execution_row, starter_for, workflow_row
 from .queries.starting import ongoing_heroes as _ongoing_heroes
 from .states import ExecutionState, WorkflowState
@@ -162,8 +161,7 @@ def create(
     mapper = sa_inspect(cls)
     if not mapper.configured:  # a class defined since the last ORM use: set it up first
         configure_mappers()
-    workflow: W = as_loaded(session, mapper, {**row, "id": workflow_id})
-    _forget_on_rollback(session, workflow)
+    workflow: W = as_inserted(session, mapper, {**row, "id": workflow_id})
     if hero is not None:
         workflow.__dict__["_gd_hero"] = hero
     # The new row is ours alone until commit: a later lock in this transaction (a signal()
@@ -470,48 +468,6 @@ def _flush_new_hero(session: Session, name: str, hero: Any) -> None:
             f"added to the session and flushed, which failed: {type(error).__name__}: {error}; "
             "save the hero yourself first (session.add(hero); session.flush())"
         ) from error
-
-
-_STARTED = "geneva_drive_started_workflows"
-
-
-def _forget_on_rollback(session: Session, workflow: Workflow) -> None:
-    """Expunge ``workflow`` if the transaction that inserted it rolls back.
-
-    It entered the session as already persistent (no flush), so SQLAlchemy's rollback, which
-    expunges the objects its flushes inserted, does not know it is gone; left in the identity
-    map, it would clash with a row that reuses its id (SQLite reuses rolled-back ids).
-    """
-    transaction = session.get_nested_transaction() or session.get_transaction()
-    root = session.get_transaction()
-    entry: tuple[Any, list[tuple[Any, Workflow]]] | None = session.info.get(_STARTED)
-    if entry is None:
-        event.listen(session, "after_soft_rollback", _expunge_rolled_back)
-    if entry is None or entry[0] is not root:  # a new top-level transaction: start afresh
-        entry = session.info[_STARTED] = (root, [])
-    entry[1].append((transaction, workflow))
-
-
-def _expunge_rolled_back(session: Session, rolled_back: Any) -> None:
-    entry = session.info.get(_STARTED)
-    if entry is None:
-        return
-    kept = []
-    for transaction, workflow in entry[1]:
-        if _inside(transaction, rolled_back):
-            if workflow in session:
-                session.expunge(workflow)
-        else:
-            kept.append((transaction, workflow))
-    entry[1][:] = kept
-
-
-def _inside(transaction: Any, outer: Any) -> bool:
-    while transaction is not None:
-        if transaction is outer:
-            return True
-        transaction = transaction.parent
-    return False
 
 
 # -- the wake-up with the caller's commit --------------------------------------------------

@@ -183,3 +183,30 @@ def test_statements_with_expanding_parameters_take_sqlalchemys_path(gd, session)
     assert bypass.execute_direct(session.connection(), stmt, {}) == 1
     session.commit()
     assert executions(session, wf)[0].priority == 7
+
+
+@pytest.mark.parametrize("undo", ["savepoint", "transaction"])
+def test_an_execution_inserted_in_a_rolled_back_transaction_is_forgotten_by_the_session(
+    gd, session, undo
+):
+    # The direct path brings the inserted row into the session as already persistent; a
+    # rollback must take it out again, or the next row to get its id (SQLite reuses it)
+    # cannot enter the session ("another instance with key … is already present").
+    wf = WorkerScaleThreeSteps.create(session)
+    session.commit()
+
+    if undo == "savepoint":
+        with session.begin_nested() as savepoint:
+            wf.skip()  # inserts the next step's execution
+            kept = wf.current_execution
+            savepoint.rollback()
+    else:
+        wf.skip()
+        kept = wf.current_execution
+        session.rollback()
+    wf.skip()
+    session.commit()
+
+    assert kept is not None and kept not in session
+    states = [row.state for row in executions(session, wf)]
+    assert states.count(ExecutionState.SCHEDULED) == 1, states

@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from sqlalchemy import (
     Connection,
     bindparam,
+    event,
     select,
     update,
 )
@@ -417,6 +418,53 @@ def as_loaded(
     if from_select and manager.dispatch.load:
         manager.dispatch.load(state, None)  # no Query behind it, as after Session.merge()
     return instance
+
+
+def as_inserted(session: Session, mapper: Any, values: dict[str, Any]) -> Any:
+    """:func:`as_loaded` for a row the session's transaction has just inserted.
+
+    It enters the session as already persistent (no flush), so SQLAlchemy's rollback — which
+    expunges the objects *its* flushes inserted — does not know the row is gone. Left in the
+    identity map, the instance would load nothing, and clash with the next row to take its id
+    (SQLite hands a rolled-back id out again). So it is expunged if the transaction (or the
+    savepoint) it was inserted in rolls back.
+    """
+    instance = as_loaded(session, mapper, values)
+    transaction = session.get_nested_transaction() or session.get_transaction()
+    root = session.get_transaction()
+    entry: tuple[Any, list[tuple[Any, Any]]] | None = session.info.get(_INSERTED)
+    if entry is None or entry[0] is not root:  # a new top-level transaction: start afresh
+        entry = session.info[_INSERTED] = (root, [])
+    entry[1].append((transaction, instance))
+    return instance
+
+
+_INSERTED = "geneva_drive_inserted_instances"
+
+
+@event.listens_for(Session, "after_soft_rollback")
+def _expunge_rolled_back(session: Session, rolled_back: Any) -> None:
+    # Listened on the class, not per session: a worker makes a session per claim, and an
+    # instance-level listener cost more to set up than the rest of the session (11 µs).
+    entry = session.info.get(_INSERTED)
+    if entry is None:
+        return
+    kept = []
+    for transaction, instance in entry[1]:
+        if _inside(transaction, rolled_back):
+            if instance in session:
+                session.expunge(instance)
+        else:
+            kept.append((transaction, instance))
+    entry[1][:] = kept
+
+
+def _inside(transaction: Any, outer: Any) -> bool:
+    while transaction is not None:
+        if transaction is outer:
+            return True
+        transaction = transaction.parent
+    return False
 
 
 def rollback_cause(session: Session) -> BaseException | None:

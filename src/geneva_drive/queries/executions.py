@@ -28,7 +28,7 @@ from ..states import (
 )
 from ._sql import SWEEPABLE, in_state, workflow_model
 from .bypass import (
-    as_loaded,
+    as_inserted,
     connection_of,
     execute_direct,
     mark_written,
@@ -120,7 +120,7 @@ def complete_in_one_statement(
     if n is None or row is None:
         return bool(w), bool(e), None
     row["id"] = int(n)
-    inserted: StepExecution = as_loaded(session, sa_inspect(StepExecution), row)
+    inserted: StepExecution = as_inserted(session, sa_inspect(StepExecution), row)
     return bool(w), bool(e), inserted
 
 
@@ -218,7 +218,7 @@ def insert_execution(session: Session, values: dict[str, Any]) -> StepExecution:
         key = connection.execute(_insert_stmt(returning=False), [row]).inserted_primary_key
         assert key is not None  # an INSERT of one row always reports its key
         row["id"] = int(key[0])
-    execution: StepExecution = as_loaded(session, mapper, row)
+    execution: StepExecution = as_inserted(session, mapper, row)
     return execution
 
 
