@@ -200,8 +200,8 @@ def _claim_locked(session: Session, stmt: Any, params: dict[str, Any]) -> tuple[
         loaded = execute_direct(connection_of(session), core, params)
         if loaded is None:
             return None
-        labels = core.selected_columns.keys()
-        execution, workflow = _claimed_instances(session, dict(zip(labels, loaded, strict=True)))
+        values = dict(zip(_selected_labels(core), loaded, strict=True))
+        execution, workflow = _claimed_instances(session, values)
     remember_workflow_lock(session, workflow.id, workflow)
     held = held_locks(session, create=True)
     if held is not None:
@@ -219,12 +219,17 @@ def _core_claim(stmt: Any) -> Any:
     return stmt.with_only_columns(*columns).execution_options(populate_existing=False)
 
 
+@functools.lru_cache(maxsize=8)
+def _selected_labels(core: Any) -> tuple[str, ...]:
+    return tuple(core.selected_columns.keys())
+
+
 def _claimed_instances(session: Session, values: dict[str, Any]) -> tuple[StepExecution, Workflow]:
     execution_mapper = sa_inspect(StepExecution)
     execution = as_loaded(
         session,
         execution_mapper,
-        {a.key: values[f"e_{a.columns[0].key}"] for a in execution_mapper.column_attrs},
+        {key: values[label] for key, label in _labels(execution_mapper, "e_")},
         from_select=True,
     )
     base = sa_inspect(workflow_model())
@@ -233,10 +238,17 @@ def _claimed_instances(session: Session, values: dict[str, Any]) -> tuple[StepEx
     workflow = as_loaded(
         session,
         mapper,
-        {a.key: values[f"w_{a.columns[0].key}"] for a in base.column_attrs},
+        {key: values[label] for key, label in _labels(base, "w_")},
         from_select=True,
     )
     return execution, workflow
+
+
+@functools.lru_cache(maxsize=8)
+def _labels(mapper: Any, prefix: str) -> tuple[tuple[str, str], ...]:
+    """(attribute, label in the claim's row) per column of ``mapper``: worked out once, not
+    at every claim (it was a tenth of a claim's own Python)."""
+    return tuple((a.key, f"{prefix}{a.columns[0].key}") for a in mapper.column_attrs)
 
 
 # MySQL/MariaDB: how many due executions one claim considers before reporting nothing due.
