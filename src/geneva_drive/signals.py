@@ -103,21 +103,25 @@ def deliver_signal(
             consumed=0,
             payload_json=encoded,
         )
-        try:
-            # A savepoint of its own: losing a race on the dedup index must not poison the
-            # caller's transaction (PostgreSQL aborts it otherwise). Under the workflow lock
-            # the look-up above normally sees a committed winner first; this is the backstop
-            # for writers that bypass the lock.
-            with session.begin_nested():
-                session.add(signal)
-                session.flush()
-        except IntegrityError:
-            if key is None:
-                raise
-            winner = queries.find_delivery(session, workflow.id, name, key)
-            if winner is None:
-                raise
-            return _duplicate(winner)
+        if key is None:
+            # No idempotency key, no dedup conflict possible (NULL keys never collide): the
+            # savepoint below would only cost two round trips.
+            session.add(signal)
+            session.flush()
+        else:
+            try:
+                # A savepoint of its own: losing a race on the dedup index must not poison
+                # the caller's transaction (PostgreSQL aborts it otherwise). Under the
+                # workflow lock the look-up above normally sees a committed winner first;
+                # this is the backstop for writers that bypass the lock.
+                with session.begin_nested():
+                    session.add(signal)
+                    session.flush()
+            except IntegrityError:
+                winner = queries.find_delivery(session, workflow.id, name, key)
+                if winner is None:
+                    raise
+                return _duplicate(winner)
         signal.duplicate_delivery = False
         if workflow.state == WorkflowState.PAUSED:
             workflow.logger.info("paused: signal %r buffered until resume()", name)

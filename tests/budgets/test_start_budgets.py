@@ -201,6 +201,29 @@ def test_signal_wakes_the_worker_with_the_callers_commit_and_no_connection_of_it
         assert cost.notifies == 1  # inside the transaction (the checkout count says so)
 
 
+def test_a_signal_without_idempotency_key_takes_one_savepoint_not_two(session, db_backend):
+    # Only a keyed signal can lose a race on the dedup index, so only it needs the inner
+    # savepoint that keeps such a loss from aborting the caller's transaction.
+    (order,) = _orders(session, 1)
+    wf = BudgetAwaitsSignal.create(session, hero=order)
+    session.commit()
+    perform_next_step(wf)
+
+    with cost_of(session.get_bind()) as plain:
+        wf.signal("approved")
+        session.commit()
+    wf2 = BudgetAwaitsSignal.create(session, hero=_orders(session, 1)[0])
+    session.commit()
+    perform_next_step(wf2)
+    with cost_of(session.get_bind()) as keyed:
+        wf2.signal("approved", idempotency_key="k-1")
+        session.commit()
+
+    assert plain.first_words.count("SAVEPOINT") == 1, plain.first_words
+    assert keyed.first_words.count("SAVEPOINT") == 2, keyed.first_words
+    assert len(plain.first_words) == len(keyed.first_words) - 3  # the key's look-up too
+
+
 # -- create_many() -----------------------------------------------------------------------
 
 
