@@ -11,7 +11,10 @@ Modes, each on a fresh database (no worker runs; the rows stay scheduled):
 - ``create``: one transaction per ``BenchThreeSteps.create(session)`` + commit (a web request
   starting one workflow);
 - ``create_in_one``: ``--batch`` creates in one transaction (a loop in a backfill);
-- ``create_many``: ``Workflow.create_many`` of ``--bulk`` workflows in one transaction.
+- ``create_many``: ``Workflow.create_many`` of ``--bulk`` workflows in one transaction;
+- ``signal``: one transaction per ``session.get()`` + ``workflow.signal("go")`` + commit, on
+  workflows parked on that signal (prepared before the clock starts): a web request
+  delivering an event.
 
 For each: wall ms and caller CPU ms per workflow (process CPU of this script, which is all
 the caller: no worker runs), and — in a second, observed pass, since a statement listener
@@ -86,6 +89,44 @@ def _create_many(bulk: int) -> Callable[[Session, int], None]:
     return run
 
 
+class _Signal:
+    """``signal()`` + commit, one transaction each, on workflows parked waiting for it.
+
+    As a web request does it: the workflow loaded by id (one SELECT), signalled, committed.
+    Only ids are kept between transactions, so the session holds just that one workflow.
+    """
+
+    def __init__(self) -> None:
+        self.parked: list[int] = []
+
+    def prepare(self, session: Session, count: int) -> None:
+        from geneva_drive.testing import perform_next_step
+
+        workflows = [gd_app.BenchSignaled.create(session) for _ in range(count)]
+        session.commit()
+        for workflow in workflows:
+            perform_next_step(workflow)  # "first"
+            perform_next_step(workflow)  # "woken" finds no signal and parks
+        self.parked = [workflow.id for workflow in workflows]
+        session.expunge_all()
+
+    def __call__(self, session: Session, count: int) -> None:
+        for workflow_id in self.parked[:count]:
+            workflow = session.get(gd_app.BenchSignaled, workflow_id)
+            assert workflow is not None
+            workflow.signal("go")
+            session.commit()
+
+
+def _timed(run: Callable, session: Session, count: int) -> tuple[float, float]:  # type: ignore[type-arg]
+    """Wall and CPU seconds of ``run`` (its unmeasured ``prepare`` first, if it has one)."""
+    if hasattr(run, "prepare"):
+        run.prepare(session, count)
+    cpu0, t0 = _cpu(), time.perf_counter()
+    run(session, count)
+    return time.perf_counter() - t0, _cpu() - cpu0
+
+
 @contextmanager
 def counting(engine: Any) -> Iterator[Counter[str]]:
     """Statements by first word, commits, and connection checkouts sent while inside."""
@@ -131,19 +172,21 @@ def one_mode(args: argparse.Namespace, server: Any, name: str, run: Callable) ->
     _META.create_all(engine)
     samples = args.samples
     with Session(engine) as session:
-        run(session, min(50, samples))  # warm-up: caches, prepared statements, the pool
-        cpu0, t0 = _cpu(), time.perf_counter()
-        run(session, samples)
-        wall, cpu = time.perf_counter() - t0, _cpu() - cpu0
+        _timed(run, session, min(50, samples))  # warm-up: caches, prepared statements, pool
+        wall, cpu = _timed(run, session, samples)
         profile_text = None
         if args.profile:
+            if hasattr(run, "prepare"):
+                run.prepare(session, samples)
             profiler = cProfile.Profile(time.process_time)
             profiler.enable()
             run(session, samples)
             profiler.disable()
             out = io.StringIO()
-            pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(args.profile)
+            pstats.Stats(profiler, stream=out).sort_stats(args.sort).print_stats(args.profile)
             profile_text = out.getvalue()
+        if hasattr(run, "prepare"):
+            run.prepare(session, samples)
         with counting(engine) as seen:
             run(session, samples)
     engine.dispose()
@@ -174,14 +217,16 @@ def main(argv: list[str] | None = None) -> list[dict]:  # type: ignore[type-arg]
     parser.add_argument("--backend", choices=["postgresql", "sqlite"], default="postgresql")
     parser.add_argument("--durability", choices=["durable", "async"], default="durable")
     parser.add_argument("--transport", choices=["tcp", "unix"], default="tcp")
-    parser.add_argument("--modes", default="trivial,create,create_in_one,create_many")
+    parser.add_argument("--modes", default="trivial,create,create_in_one,create_many,signal")
     parser.add_argument("--profile", type=int, default=0, help="print cProfile's top N")
+    parser.add_argument("--sort", default="tottime", help="cProfile's order (e.g. cumulative)")
     args = parser.parse_args(argv)
     runs = {
         "trivial": _trivial,
         "create": _create,
         "create_in_one": _create_in_one(args.batch),
         "create_many": _create_many(args.bulk),
+        "signal": _Signal(),
     }
     wanted = [m for m in args.modes.split(",") if m]
     server = (
