@@ -14,7 +14,7 @@ Modes, each on a fresh database (no worker runs; the rows stay scheduled):
 - ``create_many``: ``Workflow.create_many`` of ``--bulk`` workflows in one transaction;
 - ``signal``: one transaction per ``session.get()`` + ``workflow.signal("go")`` + commit, on
   workflows parked on that signal (prepared before the clock starts): a web request
-  delivering an event.
+  delivering an event; ``get``: the same without the signal, what ``signal()`` adds to.
 
 For each: wall ms and caller CPU ms per workflow (process CPU of this script, which is all
 the caller: no worker runs), and — in a second, observed pass, since a statement listener
@@ -96,9 +96,6 @@ class _Signal:
     Only ids are kept between transactions, so the session holds just that one workflow.
     """
 
-    def __init__(self) -> None:
-        self.parked: list[int] = []
-
     def prepare(self, session: Session, count: int) -> None:
         from geneva_drive.testing import perform_next_step
 
@@ -110,11 +107,16 @@ class _Signal:
         self.parked = [workflow.id for workflow in workflows]
         session.expunge_all()
 
+    def __init__(self, deliver: bool = True) -> None:
+        self.parked: list[int] = []
+        self.deliver = deliver  # False: the same load and commit without the signal
+
     def __call__(self, session: Session, count: int) -> None:
         for workflow_id in self.parked[:count]:
             workflow = session.get(gd_app.BenchSignaled, workflow_id)
             assert workflow is not None
-            workflow.signal("go")
+            if self.deliver:
+                workflow.signal("go")
             session.commit()
 
 
@@ -217,7 +219,7 @@ def main(argv: list[str] | None = None) -> list[dict]:  # type: ignore[type-arg]
     parser.add_argument("--backend", choices=["postgresql", "sqlite"], default="postgresql")
     parser.add_argument("--durability", choices=["durable", "async"], default="durable")
     parser.add_argument("--transport", choices=["tcp", "unix"], default="tcp")
-    parser.add_argument("--modes", default="trivial,create,create_in_one,create_many,signal")
+    parser.add_argument("--modes", default="trivial,create,create_in_one,create_many,get,signal")
     parser.add_argument("--profile", type=int, default=0, help="print cProfile's top N")
     parser.add_argument("--sort", default="tottime", help="cProfile's order (e.g. cumulative)")
     args = parser.parse_args(argv)
@@ -227,6 +229,7 @@ def main(argv: list[str] | None = None) -> list[dict]:  # type: ignore[type-arg]
         "create_in_one": _create_in_one(args.batch),
         "create_many": _create_many(args.bulk),
         "signal": _Signal(),
+        "get": _Signal(deliver=False),
     }
     wanted = [m for m in args.modes.split(",") if m]
     server = (

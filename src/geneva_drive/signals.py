@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -34,14 +35,28 @@ from .backends.base import EnqueuedStep, enqueue_after_commit
 from .config import settings_of
 from .errors import SignalPayloadTooLargeError, WorkflowNotOngoing
 from .models import TIMEOUT_FOR, Signal, StepExecution
-from .states import ACTIVE_EXECUTION_STATES, ExecutionState, Outcome, WorkflowState
+from .queries.bypass import (
+    as_inserted,
+    connection_of,
+    lock_workflow_state,
+    mark_written_if_loaded,
+)
+from .queries.signals import TIMER_KEY, Delivered, deliver_in_one_statement
+from .states import (
+    ACTIVE_EXECUTION_STATES,
+    ONGOING_WORKFLOW_STATES,
+    ExecutionState,
+    Outcome,
+    WorkflowState,
+)
+from .steps import SignalMatcher
 
 if TYPE_CHECKING:
     from .steps import StepDefinition
     from .workflow import Workflow
 
 PENDING, CLAIMED, CONSUMED = "pending", "claimed", "consumed"
-TIMER_ID = "timeout_execution_id"  # on a parked row: the id of its timer
+TIMER_ID = TIMER_KEY  # on a parked row: the id of its timer
 _MAX_STRING = 255  # name and idempotency_key columns
 
 
@@ -81,6 +96,9 @@ def deliver_signal(
                 "reference (a row, a URL), or raise the limit with configure()"
             )
     session = workflow.session
+    fast = _deliver_in_one_statement(workflow, name, key, encoded)
+    if fast is not None:
+        return fast
     # The lock (which also reloads the row) serialises us with the gate, the executor and
     # other senders: whichever commits second sees the other's write.
     queries.lock_workflow(session, workflow.id)
@@ -127,6 +145,126 @@ def deliver_signal(
             workflow.logger.info("paused: signal %r buffered until resume()", name)
         else:
             wake_matching(session, workflow, signal)
+    return signal
+
+
+def _deliver_in_one_statement(
+    workflow: Workflow, name: str, key: str | None, encoded: Any
+) -> Signal | None:
+    """The usual delivery in one statement on PostgreSQL (lock held); None: take the slow path.
+
+    For signals no matcher with a predicate waits for — those run Python on the payload, row
+    by row — to a workflow that is ongoing, whose waiting steps are on one queue. The
+    statement itself declines (writes nothing) when a key was used before, a timer must be
+    disarmed or another execution is active; the slow path then decides as always.
+    """
+    session = workflow.session
+    if connection_of(session).dialect.name != "postgresql":
+        return None
+    waiting = _waiting_for(workflow, name)
+    if waiting is None:
+        return None
+    # The statement reads the executions as the session would have them: its own pending
+    # writes first (what the slow path's first query autoflushes).
+    session.flush()
+    # The lock serialises us with the gate, the executor and other senders (whichever
+    # commits second sees the other's write). A statement of its own: the delivery's
+    # snapshot must be taken after it (see deliver_in_one_statement).
+    state = lock_workflow_state(session, workflow)
+    if state is None or state not in ONGOING_WORKFLOW_STATES:
+        return None  # the slow path says why, or finds the earlier delivery of the key
+    paused = state == WorkflowState.PAUSED
+    options = {} if paused else {str(d.name): workflow.merged_job_options(d) for d in waiting}
+    queues = {str(o.get("queue") or "default") for o in options.values()}
+    if len(queues) > 1:
+        return None
+    from .starting import note_woken, wake_in_statement  # late: starting imports signals' users
+
+    now = settings_of(session).clock.now()
+    notify, notified = None, False
+    if queues:
+        notify, notified = wake_in_statement(session, next(iter(queues)), now)
+    delivered = deliver_in_one_statement(
+        session,
+        workflow_id=workflow.id,
+        name=name,
+        key=key,
+        payload=encoded,
+        steps=list(options),
+        now=now,
+        wake_queue=notify,
+    )
+    if delivered is None:
+        return None
+    signal = _inserted_signal(session, workflow, delivered, name, key, encoded, now)
+    if paused:
+        workflow.logger.info("paused: signal %r buffered until resume()", name)
+    if delivered.woken and notify is not None:
+        note_woken(session, notify)
+    for execution_id, step_name in delivered.woken:
+        mark_written_if_loaded(session, StepExecution, execution_id, _woken_columns(signal.id, now))
+        workflow.logger.info(
+            "signal %r (id=%s) woke step %r (execution %s)",
+            name,
+            signal.id,
+            step_name,
+            execution_id,
+        )
+        step = EnqueuedStep(
+            execution_id, workflow.id, step_name, now, options[step_name], notified=notified
+        )
+        enqueue_after_commit(session, step)
+    return signal
+
+
+def _waiting_for(workflow: Workflow, name: str) -> list[StepDefinition] | None:
+    """The steps whose matcher takes a signal ``name`` by its name alone; None if a matcher
+    could also want Python to decide (a predicate on the payload, or a matcher object of the
+    application's own, which may take any name): the slow path runs those, row by row."""
+    waiting = []
+    for step_def in type(workflow).steps:
+        matcher = step_def.signal_matcher
+        if matcher is None:
+            continue
+        if type(matcher) is not SignalMatcher:
+            return None
+        if matcher.name == name:
+            if matcher.predicate is not None:
+                return None
+            waiting.append(step_def)
+    return waiting
+
+
+def _woken_columns(signal_id: int, now: datetime) -> dict[str, Any]:
+    return {**writer.woken_columns(signal_id, now), "updated_at": now}
+
+
+def _inserted_signal(
+    session: Session,
+    workflow: Workflow,
+    delivered: Delivered,
+    name: str,
+    key: str | None,
+    encoded: Any,
+    now: datetime,
+) -> Signal:
+    claimed = delivered.claimed > 0
+    values = {
+        "id": delivered.signal_id,
+        "workflow_id": workflow.id,
+        "name": name,
+        "idempotency_key": key,
+        "state": CLAIMED if claimed else PENDING,
+        "payload_json": encoded,
+        "claimed_at": now if claimed else None,
+        "consumed_at": None,
+        "claimed": delivered.claimed,
+        "consumed": 0,
+        "created_at": now,
+        "updated_at": now,
+    }
+    signal: Signal = as_inserted(session, sa_inspect(Signal), values)
+    signal.duplicate_delivery = False
     return signal
 
 

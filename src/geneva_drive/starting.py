@@ -490,6 +490,20 @@ def wake_with_commit(session: Session, step: EnqueuedStep) -> EnqueuedStep:
     return dataclasses.replace(step, notified=True)
 
 
+def wake_in_statement(session: Session, queue: str, due: datetime) -> tuple[str | None, bool]:
+    """For a statement of ours that makes a row of ``queue`` due at ``due``: the queue to
+    NOTIFY inside that statement (None: no NOTIFY to send), and whether the row counts as
+    notified by this transaction (its ``EnqueuedStep.notified``). Call :func:`note_woken`
+    once the statement has sent it."""
+    wake = _wake_for(session, queue, due)
+    return (queue if wake is _NOW else None), wake is not _NO
+
+
+def note_woken(session: Session, queue: str) -> None:
+    """A statement of ours has sent the NOTIFY for ``queue`` in this transaction."""
+    _mark_woken(session, queue)
+
+
 # What a step due now needs from this transaction: nothing (the after-commit path wakes, or
 # nobody needs to), a NOTIFY now, or nothing more (its queue was notified already).
 _NO, _NOW, _DONE = "no", "now", "done"

@@ -111,10 +111,19 @@ def wake(execution: StepExecution, signal_id: int, now: datetime) -> None:
     Due now rather than whenever: a lost wake-up is then an overdue row, which is recovered.
     """
     check_step_transition(execution.state, ExecutionState.SCHEDULED)
-    execution.signal_id = signal_id
-    execution.state = ExecutionState.SCHEDULED
-    execution.scheduled_for = now
-    execution.waiting_since = None
+    for key, value in woken_columns(signal_id, now).items():
+        setattr(execution, key, value)
+
+
+def woken_columns(signal_id: int, now: datetime) -> dict[str, Any]:
+    """What :func:`wake` writes (``queries.signals.deliver_in_one_statement`` writes the same
+    in SQL)."""
+    return {
+        "signal_id": signal_id,
+        "state": ExecutionState.SCHEDULED,
+        "scheduled_for": now,
+        "waiting_since": None,
+    }
 
 
 # -- workflows -------------------------------------------------------------------------------

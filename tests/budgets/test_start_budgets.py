@@ -201,20 +201,42 @@ def test_signal_wakes_the_worker_with_the_callers_commit_and_no_connection_of_it
         assert cost.notifies == 1  # inside the transaction (the checkout count says so)
 
 
-def test_a_signal_without_idempotency_key_takes_one_savepoint_not_two(session, db_backend):
-    # Only a keyed signal can lose a race on the dedup index, so only it needs the inner
-    # savepoint that keeps such a loss from aborting the caller's transaction.
+def _parked(session):
     (order,) = _orders(session, 1)
     wf = BudgetAwaitsSignal.create(session, hero=order)
     session.commit()
     perform_next_step(wf)
+    return wf
 
+
+def test_signal_on_postgresql_is_the_lock_and_one_statement_that_also_wakes(
+    session, engine, db_backend
+):
+    if db_backend != "postgresql":
+        pytest.skip("the one-statement delivery is PostgreSQL's")
+    wf = _parked(session)
+
+    with cost_of(engine) as cost:
+        wf.signal("approved", idempotency_key="k-1")
+        session.commit()
+
+    # The workflow row lock, then the signal's INSERT, the wake-up and the NOTIFY together.
+    assert cost.first_words == ["SELECT", "WITH"], cost.first_words
+    assert cost.notifies == 1 and "pg_notify" in cost.statements[1]
+    assert cost.commits == 1
+    assert current_state(session, wf) == "scheduled"
+
+
+def test_a_signal_without_idempotency_key_takes_one_savepoint_not_two(session, db_backend):
+    if db_backend == "postgresql":
+        pytest.skip("PostgreSQL delivers in one statement, without a savepoint")
+    # Only a keyed signal can lose a race on the dedup index, so only it needs the inner
+    # savepoint that keeps such a loss from aborting the caller's transaction.
+    wf = _parked(session)
     with cost_of(session.get_bind()) as plain:
         wf.signal("approved")
         session.commit()
-    wf2 = BudgetAwaitsSignal.create(session, hero=_orders(session, 1)[0])
-    session.commit()
-    perform_next_step(wf2)
+    wf2 = _parked(session)
     with cost_of(session.get_bind()) as keyed:
         wf2.signal("approved", idempotency_key="k-1")
         session.commit()
@@ -222,6 +244,15 @@ def test_a_signal_without_idempotency_key_takes_one_savepoint_not_two(session, d
     assert plain.first_words.count("SAVEPOINT") == 1, plain.first_words
     assert keyed.first_words.count("SAVEPOINT") == 2, keyed.first_words
     assert len(plain.first_words) == len(keyed.first_words) - 3  # the key's look-up too
+
+
+def current_state(session, wf):
+    return session.execute(
+        select(StepExecution.state)
+        .where(StepExecution.workflow_id == wf.id)
+        .order_by(StepExecution.id.desc())
+        .limit(1)
+    ).scalar_one()
 
 
 # -- create_many() -----------------------------------------------------------------------

@@ -244,6 +244,32 @@ def lock_workflow(session: Session, workflow_id: int) -> Workflow | None:
     return workflow
 
 
+def lock_workflow_state(session: Session, workflow: Workflow) -> str | None:
+    """:func:`lock_workflow` for a caller that needs only the row's ``state``: the lock, and
+    the state written into ``workflow``; the instance's other columns are not reloaded.
+
+    One Core statement on the direct path, where the ORM's reload costs several times it
+    (``signal()``'s hot path). Free when this transaction holds the lock already. None if
+    the row is gone.
+    """
+    held = _held_workflow_locks(session)
+    cached = held.get(workflow.id) if held is not None else None
+    if cached is not None:
+        return str(cached.state)
+    row = execute_direct(connection_of(session), _lock_state_stmt(), {"workflow_id": workflow.id})
+    if row is None:
+        return None
+    mark_written(session, workflow, {"state": row[0]})
+    remember_workflow_lock(session, workflow.id)  # held, but the instance is not the truth
+    return str(row[0])
+
+
+@functools.cache
+def _lock_state_stmt() -> Any:
+    table = workflow_model().__table__
+    return select(table.c.state).where(table.c.id == bindparam("workflow_id")).with_for_update()
+
+
 _HELD = "geneva_drive_held_workflow_locks"
 
 
@@ -465,6 +491,16 @@ def _inside(transaction: Any, outer: Any) -> bool:
             return True
         transaction = transaction.parent
     return False
+
+
+def mark_written_if_loaded(
+    session: Session, mapped: Any, row_id: int, values: dict[str, Any]
+) -> None:
+    """:func:`mark_written` for the row ``row_id`` of ``mapped``, if the session holds it."""
+    key = sa_inspect(mapped).identity_key_from_primary_key((row_id,))
+    instance = session.identity_map.get(key)
+    if instance is not None:
+        mark_written(session, instance, values)
 
 
 def rollback_cause(session: Session) -> BaseException | None:

@@ -7,14 +7,20 @@ an earlier read in this session left it.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import BigInteger, String, bindparam, column, select, text
 from sqlalchemy.orm import Session
 
-from ..models import Signal, StepExecution
+from ..models import EXECUTIONS, SIGNALS, Signal, StepExecution, UTCDateTime
 from ..states import ExecutionState
 from ._sql import in_state
+from .bypass import connection_of, execute_direct
+from .coordination import NOTIFY_CHANNEL
 
 CONSUMED = "consumed"
 
@@ -77,3 +83,119 @@ def executions_attached_to(session: Session, signal_id: int) -> Sequence[StepExe
         .order_by(StepExecution.created_at, StepExecution.id)
     )
     return session.execute(stmt).scalars().all()
+
+
+# -- the whole delivery in one statement (PostgreSQL) --------------------------------------
+
+
+@dataclass(frozen=True)
+class Delivered:
+    """What :func:`deliver_in_one_statement` wrote: the signal, and the executions it woke."""
+
+    signal_id: int
+    claimed: int
+    woken: tuple[tuple[int, str], ...]  # (execution id, step name)
+
+
+def deliver_in_one_statement(
+    session: Session,
+    *,
+    workflow_id: int,
+    name: str,
+    key: str | None,
+    payload: Any,
+    steps: Sequence[str],
+    now: datetime,
+    wake_queue: str | None,
+) -> Delivered | None:
+    """Insert the signal and wake what waits for it in one round trip, or write nothing.
+
+    The caller holds the workflow row lock, taken by a statement of its own *before* this
+    one: every writer of a workflow's executions takes that lock first, so this statement's
+    snapshot — taken after the lock — is the truth until commit. (In one statement with the
+    lock, the snapshot would predate a wait for the lock, and a row parked or woken by its
+    holder would be missed.) It wakes every execution waiting on one of ``steps``, each
+    claiming the signal once, and NOTIFYs ``wake_queue`` when it woke any.
+
+    Writes nothing, and returns None, whenever the caller's slow path has something to
+    decide: the idempotency key was used already (``ON CONFLICT DO NOTHING``), a waiting row
+    has a timer to disarm first, or another execution of the workflow is active (waking then
+    breaks the one-active index — an error that would abort the caller's transaction, as
+    this path takes no savepoint).
+    """
+    params: dict[str, Any] = {
+        "workflow_id": workflow_id,
+        "name": name,
+        "key": key,
+        "payload": payload,
+        "steps": list(steps),
+        "now": now,
+    }
+    if wake_queue is not None:
+        params["channel"], params["queue"] = NOTIFY_CHANNEL, wake_queue
+    row = execute_direct(connection_of(session), _delivery_stmt(wake_queue is not None), params)
+    if row is None:
+        return None
+    woken = tuple(zip(map(int, row[2] or ()), row[3] or (), strict=True))
+    return Delivered(int(row[0]), int(row[1]), woken)
+
+
+@functools.cache
+def _delivery_stmt(wake: bool) -> Any:
+    """``p``: the rows to wake; ``go``: one row if the whole delivery can be done here; ``s``:
+    the signal's INSERT, from ``go``; ``x``: the wake-up, joined to ``s`` so it runs only
+    for an inserted signal; and the NOTIFY, evaluated only if ``x`` woke a row."""
+    notify = ", (SELECT pg_notify(:channel, :queue) FROM x LIMIT 1)" if wake else ""
+    active = f"'{ExecutionState.SCHEDULED}', '{ExecutionState.IN_PROGRESS}'"
+    sql = f"""
+WITH p AS (
+    SELECT e.id, e.metadata ->> '{TIMER_KEY}' AS timer_id
+    FROM {EXECUTIONS} e
+    WHERE e.workflow_id = :workflow_id AND e.state = '{ExecutionState.WAITING}'
+      AND e.step_name = ANY(CAST(:steps AS text[]))
+),
+go AS (
+    SELECT (SELECT count(*) FROM p) AS n
+    WHERE NOT EXISTS (SELECT 1 FROM p WHERE p.timer_id IS NOT NULL)
+      AND NOT EXISTS (
+          SELECT 1 FROM {EXECUTIONS} a
+          WHERE a.workflow_id = :workflow_id AND a.state IN ({active})
+      )
+),
+s AS (
+    INSERT INTO {SIGNALS} (workflow_id, name, idempotency_key, state, payload, claimed_at,
+                           claimed, consumed, created_at, updated_at)
+    SELECT :workflow_id, :name, :key, CASE WHEN go.n > 0 THEN 'claimed' ELSE 'pending' END,
+           :payload, CASE WHEN go.n > 0 THEN :now END, go.n, 0, :now, :now
+    FROM go
+    ON CONFLICT (workflow_id, name, idempotency_key) DO NOTHING
+    RETURNING id, claimed
+),
+x AS (  -- writer.woken_columns
+    UPDATE {EXECUTIONS} e
+    SET state = '{ExecutionState.SCHEDULED}', signal_id = s.id, scheduled_for = :now,
+        waiting_since = NULL, updated_at = :now
+    FROM s
+    WHERE s.claimed > 0 AND e.id IN (SELECT id FROM p)
+    RETURNING e.id, e.step_name
+)
+SELECT s.id, s.claimed,
+       (SELECT array_agg(x.id ORDER BY x.id) FROM x),
+       (SELECT array_agg(x.step_name ORDER BY x.id) FROM x){notify}
+FROM s
+"""
+    returned = [column("id", BigInteger()), column("claimed", BigInteger())]
+    returned += [column("woken_ids"), column("woken_steps")]
+    if wake:
+        returned.append(column("notified"))
+    typed = text(sql).bindparams(
+        bindparam("workflow_id", type_=BigInteger()),
+        bindparam("name", type_=String()),
+        bindparam("key", type_=String()),
+        bindparam("payload", type_=Signal.__table__.c.payload.type),
+        bindparam("now", type_=UTCDateTime()),
+    )
+    return typed.columns(*returned)
+
+
+TIMER_KEY = "timeout_execution_id"  # signals.TIMER_ID: on a parked row, its timer's id
