@@ -6,11 +6,15 @@ import random
 import threading
 from collections import Counter
 
-from sqlalchemy import func, select
+import pytest
+from sqlalchemy import func, select, text
 
 from geneva_drive import Signal, StepExecution, Workflow, step
+from geneva_drive.testing import perform_next_step
 from geneva_drive.worker import Worker
+from tests.signals._support import signals_of
 from tests.support.app import AuditEntry, Order
+from tests.worker._support import wait_until_true
 
 EVENTS = 4
 COPIES = 3  # each event is delivered this many times (same idempotency key)
@@ -113,3 +117,71 @@ def test_concurrent_senders_with_duplicates_and_a_running_worker_lose_and_repeat
     assert outcomes == Counter(
         {(name, "completed", "success"): len(ids) for name in ("one", "two", "three", "four")}
     )
+
+
+class SigRaceOnce(Workflow):
+    @step(wait_for="approved")
+    def approve(self) -> None:
+        pass
+
+
+def test_a_signal_waiting_for_the_lock_sees_what_its_holder_committed(gd, session, db_backend):
+    # B's signal() waits for the workflow row lock that A holds while A's own signal wakes the
+    # parked step. Once A commits, B must see the step woken (and leave its signal pending),
+    # not the parked row of a snapshot taken before its wait: that is why the delivery's
+    # statement runs only after a statement of its own has taken the lock.
+    if db_backend != "postgresql":
+        pytest.skip("the lock wait is watched in pg_stat_activity")
+    (order,) = [Order()]
+    session.add(order)
+    session.flush()
+    wf = SigRaceOnce.create(session, hero=order)
+    session.commit()
+    perform_next_step(wf)  # parks
+    factory = gd.session_factory()
+    errors: list[BaseException] = []
+
+    with factory() as holder:
+        first = holder.get(Workflow, wf.id).signal("approved")  # holds the lock, wakes
+        first_id = first.id
+
+        def second_sender() -> None:
+            try:
+                with factory() as s:
+                    s.get(Workflow, wf.id).signal("approved")
+                    s.commit()
+            except BaseException as error:
+                errors.append(error)
+
+        sender = threading.Thread(target=second_sender)
+        sender.start()
+        wait_until_true(
+            lambda: _waiting_for_a_lock(session), "the second sender to wait for the lock"
+        )
+        holder.commit()
+    sender.join(timeout=60)
+    assert not sender.is_alive() and errors == []
+
+    session.expire_all()
+    rows = signals_of(session, wf)
+    assert [(s.id == first_id, s.state, s.claimed) for s in rows] == [
+        (True, "claimed", 1),
+        (False, "pending", 0),
+    ]
+    woken = session.execute(
+        select(StepExecution.signal_id).where(
+            StepExecution.workflow_id == wf.id, StepExecution.state == "scheduled"
+        )
+    ).all()
+    assert woken == [(first_id,)]
+
+
+def _waiting_for_a_lock(session) -> bool:
+    waiting = session.execute(
+        text(
+            "SELECT count(*) FROM pg_stat_activity "
+            "WHERE wait_event_type = 'Lock' AND datname = current_database()"
+        )
+    ).scalar_one()
+    session.rollback()
+    return bool(waiting)
