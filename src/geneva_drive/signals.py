@@ -151,7 +151,8 @@ def deliver_signal(
 def _deliver_in_one_statement(
     workflow: Workflow, name: str, key: str | None, encoded: Any
 ) -> Signal | None:
-    """The usual delivery in one statement on PostgreSQL (lock held); None: take the slow path.
+    """The usual delivery on PostgreSQL: the row lock, then one statement. None: nothing was
+    written but perhaps the lock; take the slow path.
 
     For signals no matcher with a predicate waits for — those run Python on the payload, row
     by row — to a workflow that is ongoing, whose waiting steps are on one queue. The
