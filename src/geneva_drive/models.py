@@ -156,14 +156,7 @@ def _partial_index(name: str, *columns: str, state: str) -> tuple[Index, Index]:
     PostgreSQL and SQLite get a partial index; MySQL/MariaDB, which have none, get the same
     name over ``(state, *columns)``, which serves the same queries.
     """
-    where = text(f"state = '{state}'")
-    return (
-        only_on(
-            Index(name, *columns, postgresql_where=where, sqlite_where=where),
-            PARTIAL_INDEX_DIALECTS,
-        ),
-        only_on(Index(name, "state", *columns), MYSQL_DIALECTS),
-    )
+    return _where_index(name, columns, f"state = '{state}'", ("state", *columns))
 
 
 def _non_null_index(name: str, column: str) -> tuple[Index, Index]:
@@ -172,13 +165,21 @@ def _non_null_index(name: str, column: str) -> tuple[Index, Index]:
     Every query on such a column compares it with a value, which implies ``IS NOT NULL``, so
     both planners still use the partial index; the rows without a value cost it no write.
     """
-    where = text(f"{column} IS NOT NULL")
+    return _where_index(name, (column,), f"{column} IS NOT NULL", (column,))
+
+
+def _where_index(
+    name: str, columns: tuple[str, ...], where: str, mysql_columns: tuple[str, ...]
+) -> tuple[Index, Index]:
+    """``name`` over ``columns WHERE where`` where partial indexes exist, else over
+    ``mysql_columns`` (MySQL/MariaDB)."""
+    predicate = text(where)
     return (
         only_on(
-            Index(name, column, postgresql_where=where, sqlite_where=where),
+            Index(name, *columns, postgresql_where=predicate, sqlite_where=predicate),
             PARTIAL_INDEX_DIALECTS,
         ),
-        only_on(Index(name, column), MYSQL_DIALECTS),
+        only_on(Index(name, *mysql_columns), MYSQL_DIALECTS),
     )
 
 

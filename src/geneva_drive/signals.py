@@ -56,7 +56,6 @@ if TYPE_CHECKING:
     from .workflow import Workflow
 
 PENDING, CLAIMED, CONSUMED = "pending", "claimed", "consumed"
-TIMER_ID = TIMER_KEY  # on a parked row: the id of its timer
 _MAX_STRING = 255  # name and idempotency_key columns
 
 
@@ -249,7 +248,7 @@ def _inserted_signal(
     encoded: Any,
     now: datetime,
 ) -> Signal:
-    claimed = delivered.claimed > 0
+    claimed = len(delivered.woken)
     values = {
         "id": delivered.signal_id,
         "workflow_id": workflow.id,
@@ -259,7 +258,7 @@ def _inserted_signal(
         "payload_json": encoded,
         "claimed_at": now if claimed else None,
         "consumed_at": None,
-        "claimed": delivered.claimed,
+        "claimed": claimed,
         "consumed": 0,
         "created_at": now,
         "updated_at": now,
@@ -460,7 +459,7 @@ def _arm_timeout(
     )
     session.add(timer)
     session.flush()
-    execution.write_metadata(TIMER_ID, timer.id)
+    execution.write_metadata(TIMER_KEY, timer.id)
     _enqueue(session, workflow, timer, step_def)
 
 
@@ -472,7 +471,7 @@ def _enqueue(
 
 
 def _timer_of(session: Session, parked: StepExecution) -> StepExecution | None:
-    timer_id = parked.read_metadata(TIMER_ID)
+    timer_id = parked.read_metadata(TIMER_KEY)
     if timer_id is None:
         return None
     timer = queries.lock_execution(session, int(timer_id))

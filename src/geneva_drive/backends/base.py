@@ -17,6 +17,7 @@ from sqlalchemy import event
 from sqlalchemy.orm import Session
 
 from ..config import Settings, enqueues_deferred, settings_of
+from ..queries.bypass import inside
 
 if TYPE_CHECKING:
     from ..models import StepExecution
@@ -144,15 +145,8 @@ def _after_commit(session: Session) -> None:
 def _after_soft_rollback(session: Session, rolled_back: Any) -> None:
     # The rows written in the rolled-back transaction (or savepoints inside it) never
     # existed: nothing to wake for them.
-    def inside(transaction: Any) -> bool:
-        while transaction is not None:
-            if transaction is rolled_back:
-                return True
-            transaction = transaction.parent
-        return False
-
     pending = session.info.get(_PENDING) or []
-    session.info[_PENDING] = [(tx, step) for tx, step in pending if not inside(tx)]
+    session.info[_PENDING] = [(tx, step) for tx, step in pending if not inside(tx, rolled_back)]
 
 
 def _deliver(deliveries: list[tuple[EnqueuedStep, Settings]]) -> None:

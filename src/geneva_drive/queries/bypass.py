@@ -225,8 +225,7 @@ def lock_workflow(session: Session, workflow_id: int) -> Workflow | None:
     lock from ``BEGIN IMMEDIATE`` (see ``engine.py``), which is stronger. Re-locking a row the
     transaction already holds is re-entrant on every engine.
     """
-    held = _held_workflow_locks(session)
-    cached = held.get(workflow_id) if held is not None else None
+    cached = _locked_instance(session, workflow_id)
     if cached is not None:
         # Already locked and loaded in this very transaction: nobody else can have changed
         # the row since, so this instance is the truth. Saves a round trip per scheduling
@@ -252,8 +251,7 @@ def lock_workflow_state(session: Session, workflow: Workflow) -> str | None:
     (``signal()``'s hot path). Free when this transaction holds the lock already. None if
     the row is gone.
     """
-    held = _held_workflow_locks(session)
-    cached = held.get(workflow.id) if held is not None else None
+    cached = _locked_instance(session, workflow.id)
     if cached is not None:
         return str(cached.state)
     row = execute_direct(connection_of(session), _lock_state_stmt(), {"workflow_id": workflow.id})
@@ -271,6 +269,12 @@ def _lock_state_stmt() -> Any:
 
 
 _HELD = "geneva_drive_held_workflow_locks"
+
+
+def _locked_instance(session: Session, workflow_id: int) -> Workflow | None:
+    """The instance this transaction locked and loaded ``workflow_id``'s row into, if any."""
+    held = _held_workflow_locks(session)
+    return held.get(workflow_id) if held is not None else None
 
 
 def _held_workflow_locks(session: Session) -> dict[int, Workflow | None] | None:
@@ -477,7 +481,7 @@ def _expunge_rolled_back(session: Session, rolled_back: Any) -> None:
         return
     kept = []
     for transaction, instance in entry[1]:
-        if _inside(transaction, rolled_back):
+        if inside(transaction, rolled_back):
             if instance in session:
                 session.expunge(instance)
         else:
@@ -485,7 +489,8 @@ def _expunge_rolled_back(session: Session, rolled_back: Any) -> None:
     entry[1][:] = kept
 
 
-def _inside(transaction: Any, outer: Any) -> bool:
+def inside(transaction: Any, outer: Any) -> bool:
+    """Whether ``transaction`` is ``outer`` or a savepoint within it."""
     while transaction is not None:
         if transaction is outer:
             return True

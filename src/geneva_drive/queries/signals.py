@@ -93,8 +93,7 @@ class Delivered:
     """What :func:`deliver_in_one_statement` wrote: the signal, and the executions it woke."""
 
     signal_id: int
-    claimed: int
-    woken: tuple[tuple[int, str], ...]  # (execution id, step name)
+    woken: tuple[tuple[int, str], ...]  # (execution id, step name); each claimed the signal
 
 
 def deliver_in_one_statement(
@@ -136,8 +135,8 @@ def deliver_in_one_statement(
     row = execute_direct(connection_of(session), _delivery_stmt(wake_queue is not None), params)
     if row is None:
         return None
-    woken = tuple(zip(map(int, row[2] or ()), row[3] or (), strict=True))
-    return Delivered(int(row[0]), int(row[1]), woken)
+    woken = tuple(zip(map(int, row[1] or ()), row[2] or (), strict=True))
+    return Delivered(int(row[0]), woken)
 
 
 @functools.cache
@@ -179,13 +178,12 @@ x AS (  -- writer.woken_columns
     WHERE s.claimed > 0 AND e.id IN (SELECT id FROM p)
     RETURNING e.id, e.step_name
 )
-SELECT s.id, s.claimed,
+SELECT s.id,
        (SELECT array_agg(x.id ORDER BY x.id) FROM x),
        (SELECT array_agg(x.step_name ORDER BY x.id) FROM x){notify}
 FROM s
 """
-    returned = [column("id", BigInteger()), column("claimed", BigInteger())]
-    returned += [column("woken_ids"), column("woken_steps")]
+    returned = [column("id", BigInteger()), column("woken_ids"), column("woken_steps")]
     if wake:
         returned.append(column("notified"))
     typed = text(sql).bindparams(
@@ -198,4 +196,4 @@ FROM s
     return typed.columns(*returned)
 
 
-TIMER_KEY = "timeout_execution_id"  # signals.TIMER_ID: on a parked row, its timer's id
+TIMER_KEY = "timeout_execution_id"  # on a parked row (signals.py writes it): its timer's id
