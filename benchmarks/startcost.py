@@ -120,10 +120,16 @@ class _Signal:
             session.commit()
 
 
-def _timed(run: Callable, session: Session, count: int) -> tuple[float, float]:  # type: ignore[type-arg]
-    """Wall and CPU seconds of ``run`` (its unmeasured ``prepare`` first, if it has one)."""
+def _prepare(run: Callable, session: Session, count: int) -> None:  # type: ignore[type-arg]
+    """What a mode sets up before each pass, outside the clock (the signal modes' parked
+    workflows)."""
     if hasattr(run, "prepare"):
         run.prepare(session, count)
+
+
+def _timed(run: Callable, session: Session, count: int) -> tuple[float, float]:  # type: ignore[type-arg]
+    """Wall and CPU seconds of ``run`` (its unmeasured ``prepare`` first, if it has one)."""
+    _prepare(run, session, count)
     cpu0, t0 = _cpu(), time.perf_counter()
     run(session, count)
     return time.perf_counter() - t0, _cpu() - cpu0
@@ -178,8 +184,7 @@ def one_mode(args: argparse.Namespace, server: Any, name: str, run: Callable) ->
         wall, cpu = _timed(run, session, samples)
         profile_text = None
         if args.profile:
-            if hasattr(run, "prepare"):
-                run.prepare(session, samples)
+            _prepare(run, session, samples)
             profiler = cProfile.Profile(time.process_time)
             profiler.enable()
             run(session, samples)
@@ -187,8 +192,7 @@ def one_mode(args: argparse.Namespace, server: Any, name: str, run: Callable) ->
             out = io.StringIO()
             pstats.Stats(profiler, stream=out).sort_stats(args.sort).print_stats(args.profile)
             profile_text = out.getvalue()
-        if hasattr(run, "prepare"):
-            run.prepare(session, samples)
+        _prepare(run, session, samples)
         with counting(engine) as seen:
             run(session, samples)
     engine.dispose()
