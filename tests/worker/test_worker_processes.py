@@ -120,6 +120,25 @@ def executions(engine: sa.Engine) -> Sequence[sa.Row]:
         ).all()
 
 
+def _deadlock_hand_back(row: sa.Row) -> bool:
+    """Whether ``row`` is an attempt handed back because the database broke a deadlock."""
+    if row.outcome != "recovered":
+        return False
+    metadata = row.metadata if isinstance(row.metadata, dict) else json.loads(row.metadata)
+    reason = str(metadata.get("recovery", {}).get("reason", ""))
+    return reason.startswith("transient database error") and "(1213," in reason
+
+
+def latest_deadlock(engine: sa.Engine) -> str:
+    """InnoDB's account of the last deadlock it broke (MariaDB; elsewhere nothing)."""
+    if engine.dialect.name not in ("mysql", "mariadb"):
+        return ""
+    with engine.connect() as connection:
+        status = str(connection.execute(sa.text("SHOW ENGINE INNODB STATUS")).one()[2])
+    start = status.find("LATEST DETECTED DEADLOCK")
+    return status[start : status.find("\nTRANSACTIONS\n", start)] if start >= 0 else ""
+
+
 def test_several_worker_processes_run_every_step_exactly_once_and_never_overlap(
     db, workers, db_backend
 ):
@@ -146,9 +165,25 @@ def test_several_worker_processes_run_every_step_exactly_once_and_never_overlap(
 
     assert [p.returncode for p in started] == [0] * processes
     rows = executions(db)
+    # The one extra attempt the design allows: a deadlock the database broke in a step's own
+    # transaction hands the step back, recorded as such, and it runs again. InnoDB (MariaDB)
+    # can deadlock neighbouring workflows on the gap locks of the one-active unique index,
+    # rarely and only under load; PostgreSQL and SQLite must never need it here.
+    handed_back = [r for r in rows if _deadlock_hand_back(r)] if db_backend == "mariadb" else []
     attempts = Counter((r.workflow_id, r.step_name) for r in rows)
     extra = [r for r in rows if attempts[(r.workflow_id, r.step_name)] > 1]
-    assert len(rows) == 3 * count, extra  # no extra attempt anywhere (the extra ones, if any)
+    # No other extra attempt anywhere. If there is one: the rows (the metadata says who
+    # recovered it, and why) and what the workers logged about it.
+    extra_ids = {str(r.workflow_id) for r in extra}
+    logged = [
+        line
+        for p in started
+        for line in workers.output(p).splitlines()
+        if any(f"workflow {i}" in line or f"id={i}" in line for i in extra_ids) or "recover" in line
+    ]
+    assert len(rows) == 3 * count + len(handed_back), "\n".join(
+        [*map(repr, extra + logged), latest_deadlock(db)]
+    )
     successes = Counter((r.workflow_id, r.step_name) for r in rows if r.outcome == "success")
     assert set(successes.values()) == {1}
     assert len(successes) == 3 * count
