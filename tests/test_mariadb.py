@@ -6,8 +6,11 @@ only make sense there, so they use the session's `mariadb_server` directly.
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -178,3 +181,120 @@ def test_a_claim_of_an_execution_no_longer_due_leaves_its_workflow_unlocked(
         assert queries.claim_execution(session, execution_id, NOW) is None
         # The workflow row failed the claim's condition, so InnoDB released it at once.
         assert not _locked(mariadb_engine, "geneva_drive_workflows", workflow_id)
+
+
+# --- the one-active unique key under neighbouring completions -----------------------------------
+
+
+class _Transaction:
+    """One connection's transaction, whose statements run on a thread of their own, so that a
+    statement InnoDB makes wait does not stop the test from driving the others."""
+
+    def __init__(self, engine: sa.Engine) -> None:
+        self.connection = engine.connect()
+        self.errors: list[BaseException] = []
+        self.thread: threading.Thread | None = None
+
+    def run(self, sql: str, params: dict[str, Any]) -> None:
+        assert self.thread is None or not self.thread.is_alive()
+
+        def target() -> None:
+            try:
+                self.connection.execute(sa.text(sql), params)
+            except BaseException as error:  # the deadlock victim's error, kept for the assert
+                self.errors.append(error)
+
+        self.thread = threading.Thread(target=target, daemon=True)
+        self.thread.start()
+
+    @property
+    def busy(self) -> bool:
+        return self.thread is not None and self.thread.is_alive()
+
+
+def _lock_waits(engine: sa.Engine) -> int:
+    with engine.connect() as conn:
+        return int(
+            conn.execute(
+                sa.text(
+                    "SELECT count(*) FROM information_schema.INNODB_TRX "
+                    "WHERE trx_state = 'LOCK WAIT'"
+                )
+            ).scalar_one()
+        )
+
+
+def _settle(engine: sa.Engine, transactions: list[_Transaction]) -> None:
+    """Until every running statement has either returned or is waiting for a lock."""
+    deadline = time.monotonic() + 20
+    while sum(t.busy for t in transactions) != _lock_waits(engine):
+        assert time.monotonic() < deadline, (
+            "statements neither returned nor waited for a lock: "
+            f"{[(t.busy, t.errors) for t in transactions]}, {_lock_waits(engine)} waiting"
+        )
+        # Polling a condition with a deadline, no faster: InnoDB refreshes what INNODB_TRX
+        # shows only once it has gone unread for 0.1 s, so polls closer than that see the
+        # same stale answer for ever.
+        time.sleep(0.15)
+
+
+def test_neighbouring_workflows_completing_at_once_do_not_deadlock_on_the_one_active_key(
+    mariadb_engine: sa.Engine,
+):
+    # Three workflows with consecutive ids, each completing its step and inserting its next
+    # one as phase 3 does, its workflow row locked first. InnoDB's duplicate check on the
+    # one-active unique key S-locks the index record after the key's own, and a completed
+    # row's key becomes NULL. With the index ascending, the record after a workflow's key is
+    # the next workflow's, and the NULLs are inserted just before the smallest key: A waits
+    # for B, C's completion for A, and B's insert for C — a ring InnoDB breaks by rolling one
+    # back, whose step then runs again. Found under load by
+    # test_several_worker_processes_run_every_step_exactly_once_and_never_overlap. Descending
+    # (migration 0007), each waits only for a smaller key, and the NULLs are at the far end.
+    (a, wa), (b, wb), (c, wc) = _due_workflows(mariadb_engine, 3)
+    at = NOW.replace(tzinfo=None)
+    complete = "UPDATE geneva_drive_step_executions SET state = 'completed' WHERE id = :id"
+    insert_next = (
+        "INSERT INTO geneva_drive_step_executions "
+        "(workflow_id, step_name, state, scheduled_for, created_at, updated_at) "
+        "VALUES (:wf, 'two', 'scheduled', :at, :at, :at)"
+    )
+    lock = "SELECT id FROM geneva_drive_workflows WHERE id = :wf FOR UPDATE"
+    one, two, three = transactions = [_Transaction(mariadb_engine) for _ in range(3)]
+    try:
+        for transaction, workflow_id in zip(transactions, (wa, wb, wc), strict=True):
+            transaction.connection.execute(sa.text(lock), {"wf": workflow_id})
+        for transaction, sql, params in (
+            (two, complete, {"id": b}),
+            (one, complete, {"id": a}),
+            (one, insert_next, {"wf": wa, "at": at}),  # ascending: waits for B
+            (three, complete, {"id": c}),  # ascending: waits for A
+            (two, insert_next, {"wf": wb, "at": at}),  # ascending: waits for C, the ring
+        ):
+            transaction.run(sql, params)
+            _settle(mariadb_engine, transactions)
+        errors = [list(map(str, t.errors)) for t in transactions]  # now, not at the report
+        assert errors == [[], [], []]
+        three.run(insert_next, {"wf": wc, "at": at})
+        # Commit each as its statement returns; the waiting ones then proceed in turn.
+        pending = list(transactions)
+        deadline = time.monotonic() + 20
+        while pending:
+            assert time.monotonic() < deadline, "transactions still waiting for each other"
+            for transaction in [t for t in pending if not t.busy]:
+                assert transaction.errors == []
+                transaction.connection.commit()
+                pending.remove(transaction)
+            time.sleep(0.01)  # polling a condition with a deadline
+    finally:
+        for transaction in transactions:
+            if transaction.thread is not None:
+                transaction.thread.join(20)
+            transaction.connection.close()
+    with mariadb_engine.connect() as conn:
+        nexts = conn.execute(
+            sa.text(
+                "SELECT workflow_id FROM geneva_drive_step_executions "
+                "WHERE step_name = 'two' ORDER BY workflow_id"
+            )
+        ).scalars()
+        assert list(nexts) == [wa, wb, wc]

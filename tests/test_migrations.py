@@ -122,11 +122,26 @@ def test_install_builds_exactly_the_models_schema(empty_engine: sa.Engine):
     assert _schema_diff(empty_engine) == []
 
 
+def _one_active_order(engine: sa.Engine) -> str | None:
+    """MySQL/MariaDB: the sort order of the one-active key's index ("A", "D"); else None."""
+    if engine.dialect.name not in ("mysql", "mariadb"):
+        return None
+    with engine.connect() as conn:
+        row = conn.execute(
+            sa.text(
+                "SHOW INDEX FROM geneva_drive_step_executions "
+                "WHERE Key_name = 'ix_geneva_drive_step_executions_one_active'"
+            )
+        ).one()
+    return str(row.Collation)
+
+
 def test_migrated_schema_reflects_identically_to_create_all(empty_engine: sa.Engine):
     # compare_metadata does not look at partial-index predicates or constraint names; reflection
     # does. So reflect the migrated schema, rebuild it from the models, and compare the two.
     migrate.install(empty_engine)
     migrated = _snapshot(empty_engine)
+    migrated_order = _one_active_order(empty_engine)
     _downgrade(empty_engine)
     with empty_engine.begin() as conn:
         Base.metadata.create_all(conn)
@@ -154,6 +169,8 @@ def test_migrated_schema_reflects_identically_to_create_all(empty_engine: sa.Eng
             ("ix_geneva_drive_workflows_unique_ongoing", ("ongoing_unique_key",)),
             ("ix_geneva_drive_step_executions_one_active", ("active_unique_key",)),
         } <= unique
+        # Descending (0007: no deadlock ring between neighbouring workflows), both ways.
+        assert migrated_order == _one_active_order(empty_engine) == "D"
         return
     # On both backends the predicates survive (SQLite and PostgreSQL reflect them).
     assert partial == {

@@ -187,7 +187,16 @@ def _where_index(
 # column that is NULL except on the rows the rule covers, with a unique index on it (NULLs never
 # collide). The ORM never reads or writes these columns; they are added to the tables by the
 # migration and, for create_all(), by the after_create hook below — on MySQL/MariaDB only.
-# (table, column, SQL type, expression, unique index)
+# (table, column, SQL type, expression, unique index, its order)
+#
+# The executions' key is indexed in descending order (migration 0007). InnoDB's duplicate check
+# on an insert S-locks the index record after the new key's own, and a completed row's key
+# becomes NULL, which sorts first. Ascending, that record is the next workflow's key, and the
+# NULLs go in just before the smallest key: three neighbouring workflows completing a step and
+# inserting the next one at once each waited for the next one's row and the last for the first
+# one's gap — a deadlock InnoDB broke by rolling one back, whose step then ran twice.
+# Descending, each waits only for a smaller key and the NULLs are at the far end, so the waits
+# cannot close a ring (tests/test_mariadb.py). MariaDB before 10.8 parses DESC and ignores it.
 MYSQL_UNIQUE_KEYS = (
     (
         WORKFLOWS,
@@ -197,6 +206,7 @@ MYSQL_UNIQUE_KEYS = (
         "CASE WHEN state NOT IN ('finished', 'canceled') AND allow_multiple = 0 "
         "THEN CONCAT(type, '-', hero_type, '-', hero_id) END",
         "ix_geneva_drive_workflows_unique_ongoing",
+        "",
     ),
     (
         EXECUTIONS,
@@ -204,6 +214,7 @@ MYSQL_UNIQUE_KEYS = (
         "BIGINT",
         "CASE WHEN state IN ('scheduled', 'in_progress') THEN workflow_id END",
         "ix_geneva_drive_step_executions_one_active",
+        " DESC",
     ),
 )
 MYSQL_UNIQUE_KEY_COLUMNS = frozenset(column for _, column, *_ in MYSQL_UNIQUE_KEYS)
@@ -213,12 +224,12 @@ MYSQL_UNIQUE_KEY_COLUMNS = frozenset(column for _, column, *_ in MYSQL_UNIQUE_KE
 def _add_mysql_unique_keys(table: Table, connection: Connection, **_kw: Any) -> None:
     if connection.dialect.name not in MYSQL_DIALECTS or table.metadata is not Base.metadata:
         return
-    for table_name, column, sql_type, expression, index in MYSQL_UNIQUE_KEYS:
+    for table_name, column, sql_type, expression, index, order in MYSQL_UNIQUE_KEYS:
         if table_name == table.name:
             connection.exec_driver_sql(
                 f"ALTER TABLE {table_name} "
                 f"ADD COLUMN {column} {sql_type} GENERATED ALWAYS AS ({expression}) STORED, "
-                f"ADD UNIQUE INDEX {index} ({column})"
+                f"ADD UNIQUE INDEX {index} ({column}{order})"
             )
 
 
