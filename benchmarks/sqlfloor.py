@@ -11,7 +11,9 @@ runs each script on the same server, same clients, alternating, on a fresh datab
 preloaded backlog. What is left is the server's work and the commits' flushes: the ceiling of
 each design's SQL on this machine, whatever the client. With ``--python`` the same rounds also
 run a ``geneva-drive worker`` and the bare loop itself (as ``peers.py`` runs them), so each
-Python client's share of its own SQL's floor comes from one run.
+Python client's share of its own SQL's floor comes from one run, and geneva-drive's captured
+statements from 4 Python threads on psycopg alone — no SQLAlchemy, no ORM, none of the
+executor's bookkeeping: the least a Python worker sending this SQL could cost.
 
     .venv/bin/python benchmarks/sqlfloor.py --workflows 4000 --clients 4 --rounds 3 --python
 """
@@ -27,15 +29,20 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import _gd
 import gd_app
 import peers
 from _common import BENCH_DIR, commits, emit, log, machine, median, start_postgres
 from sqlalchemy import create_engine, text
+
+# geneva-drive's statements from Python threads on psycopg alone (--python).
+PSYCOPG_LOOP = "geneva-drive SQL, psycopg loop"
 
 # peers/peer_bare.py, by its path: "peers" here is peers.py, the script that runs them all.
 _spec = importlib.util.spec_from_file_location("peer_bare", BENCH_DIR / "peers" / "peer_bare.py")
@@ -123,11 +130,10 @@ def _parameter(params: list[str], base: datetime, ids: dict[str, str], match: re
     return f"(localtimestamp + interval '{offset} seconds')" if offset else "localtimestamp"
 
 
-def gd_script(run: list[tuple[str, list[str]]], workflow_id: int, execution_ids: list[int]) -> str:
+def gd_script(captured: Captured) -> str:
     """The captured workflow as a pgbench script: four transactions, ids as variables."""
-    ids = {f"'{workflow_id}'": ":w_id"}
-    for n, execution_id in enumerate(execution_ids):
-        ids[f"'{execution_id}'"] = f":e{n}"
+    ids = captured.ids(":")
+    run = captured.run
     out = []
     for n, (sql, params) in enumerate(run):
         stamps = [datetime.fromisoformat(m.group(1)) for p in params if (m := _STAMP.match(p))]
@@ -150,8 +156,23 @@ def gd_script(run: list[tuple[str, list[str]]], workflow_id: int, execution_ids:
     return "\n".join(out) + "\n"
 
 
-def capture(server) -> str:  # type: ignore[no-untyped-def]
-    """Run one workflow through a real worker process and build the pgbench script from it."""
+class Captured(NamedTuple):
+    """One workflow's statements as the worker sent them, and the ids they name."""
+
+    run: list[tuple[str, list[str]]]
+    workflow_id: int
+    execution_ids: list[int]
+
+    def ids(self, prefix: str = "") -> dict[str, str]:
+        """Each id's literal in the log -> its name (w_id, e0, e1, e2), ``prefix`` before it."""
+        named = {f"'{self.workflow_id}'": f"{prefix}w_id"}
+        for n, execution_id in enumerate(self.execution_ids):
+            named[f"'{execution_id}'"] = f"{prefix}e{n}"
+        return named
+
+
+def capture(server) -> Captured:  # type: ignore[no-untyped-def]
+    """Run one workflow through a real worker process and read back what it sent."""
     name, url = server.create_database("floorcap")
     engine, config = _gd.prepare(url)
     with engine.begin() as conn:
@@ -179,7 +200,107 @@ def capture(server) -> str:  # type: ignore[no-untyped-def]
         stream.seek(offset)
         captured = stream.read()
     server.drop_database(name)
-    return gd_script(_one_workflow(_statements(captured)), workflow_id, execution_ids)
+    return Captured(_one_workflow(_statements(captured)), workflow_id, execution_ids)
+
+
+# -- the same statements from Python, through psycopg and nothing else ----------------------
+
+
+class _Bound(NamedTuple):
+    sql: str  # psycopg's placeholders
+    # Per parameter: ("id", name), ("stamp", seconds after now), or ("value", the value).
+    params: list[tuple[str, Any]]
+
+
+def _bound(captured: Captured) -> list[_Bound]:
+    ids = captured.ids()
+    statements = []
+    for sql, params in captured.run:
+        stamps = [datetime.fromisoformat(m.group(1)) for p in params if (m := _STAMP.match(p))]
+        base = min(stamps) if stamps else datetime.now()
+        shapes: list[tuple[str, Any]] = []
+        for value in params:
+            stamp = _STAMP.match(value)
+            if value in ids:
+                shapes.append(("id", ids[value]))
+            elif stamp is not None:
+                offset = (datetime.fromisoformat(stamp.group(1)) - base).total_seconds()
+                shapes.append(("stamp", timedelta(seconds=round(offset))))
+            elif value == "NULL":
+                shapes.append(("value", None))
+            else:
+                shapes.append(("value", value[1:-1].replace("''", "'")))
+        statements.append(_Bound(re.sub(r"\$\d+", "%s", sql.replace("%", "%%")), shapes))
+    return statements
+
+
+def _values(statement: _Bound, ids: dict[str, int], now: datetime) -> list[Any]:
+    return [
+        ids[x] if kind == "id" else now + x if kind == "stamp" else x
+        for kind, x in statement.params
+    ]
+
+
+def run_psycopg_loop(server, captured: Captured, workflows: int, clients: int) -> dict:  # type: ignore[no-untyped-def]
+    """geneva-drive's statements, exactly, from ``clients`` Python threads on psycopg alone
+    (no SQLAlchemy, no ORM, no bookkeeping): what a worker's Python could cost at the least."""
+    import psycopg
+
+    name, url = server.create_database("floorpy")
+    engine, config = _gd.prepare(url)
+    _gd.seed(config, gd_app.BenchThreeSteps, workflows + workflows // 10)
+    engine.dispose()
+    dsn = server.url(name, driver="postgresql")
+    claim, start, *completions = _bound(captured)
+    left = [workflows]
+    lock = threading.Lock()
+
+    def work() -> None:
+        with psycopg.connect(dsn) as conn:
+            cur = conn.cursor()
+            while True:
+                with lock:
+                    if left[0] == 0:
+                        return
+                    left[0] -= 1
+                now = datetime.now(UTC).replace(tzinfo=None)
+                row = cur.execute(claim.sql, _values(claim, {}, now)).fetchone()
+                assert row is not None, "the backlog ran dry"
+                names = [column.name for column in cur.description or ()]
+                ids = {"e0": row[names.index("e_id")], "w_id": row[names.index("w_id")]}
+                cur.execute(start.sql, _values(start, ids, now))
+                conn.commit()
+                for n, statement in enumerate(completions):
+                    now = datetime.now(UTC).replace(tzinfo=None)
+                    inserted = cur.execute(statement.sql, _values(statement, ids, now)).fetchone()
+                    conn.commit()
+                    if inserted is not None and inserted[2] is not None:
+                        ids[f"e{n + 1}"] = inserted[2]
+
+    before = commits(dsn, name)
+    threads = [threading.Thread(target=work) for _ in range(clients)]
+    cpu0, server0, t0 = time.process_time(), server.cpu_s(), time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    seconds = time.perf_counter() - t0
+    cpu, server_cpu = time.process_time() - cpu0, server.cpu_s() - server0
+    time.sleep(0.5)  # let the backends exit and report their counters
+    after = commits(dsn, name)
+    with psycopg.connect(dsn) as conn:
+        done = conn.execute(
+            "SELECT count(*) FROM geneva_drive_workflows WHERE state = 'finished'"
+        ).fetchone()
+    server.drop_database(name)
+    steps = 3 * workflows
+    assert done is not None and done[0] == workflows, f"{done} finished of {workflows}"
+    return {
+        "steps_per_s": round(steps / seconds, 1),
+        "server_cpu_ms_per_step": round(server_cpu * 1000 / steps, 3),
+        "cpu_ms_per_step": round(cpu * 1000 / steps, 3),
+        "commits_per_step": round((after - before) / steps, 2),
+    }
 
 
 def pgbench(server, database: str, script: Path, clients: int, transactions: int) -> dict:  # type: ignore[no-untyped-def]
@@ -286,9 +407,13 @@ def run_bare(server, script: Path, workflows: int, clients: int) -> dict:  # typ
     }
 
 
-def _run(system: str, server, args: argparse.Namespace, gd: Path, bare: Path) -> dict:  # type: ignore[no-untyped-def]
+def _run(
+    system: str, server, args: argparse.Namespace, gd: Path, bare: Path, captured: Captured
+) -> dict:  # type: ignore[no-untyped-def]
     if system == "geneva-drive SQL":
         return run_gd(server, gd, args.workflows, args.clients)
+    if system == PSYCOPG_LOOP:
+        return run_psycopg_loop(server, captured, args.workflows, args.clients)
     if system == "bare loop SQL":
         return run_bare(server, bare, args.workflows, args.clients)
     # The Python clients, as peers.py runs them (same workload, steps = 3 × workflows).
@@ -307,7 +432,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--python",
         action="store_true",
-        help="also run a geneva-drive worker and the bare loop (Python) in the same rounds",
+        help="also run a geneva-drive worker, the bare loop and geneva-drive's statements "
+        "from a psycopg-only loop (all Python) in the same rounds",
     )
     parser.add_argument("--show-script", action="store_true")
     args = parser.parse_args(argv)
@@ -316,19 +442,20 @@ def main(argv: list[str] | None = None) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="gd-bench-floor-"))
     try:
         gd_path, bare_path = tmp / "gd.sql", tmp / "bare.sql"
-        gd_path.write_text(capture(server))
+        captured = capture(server)
+        gd_path.write_text(gd_script(captured))
         bare_path.write_text(BARE_SCRIPT)
         if args.show_script:
             log(gd_path.read_text())
         systems = ["geneva-drive SQL", "bare loop SQL"]
         if args.python:
-            systems += [peers.SYSTEMS[0], "bare SQLAlchemy loop (backlog)"]
+            systems += [peers.SYSTEMS[0], "bare SQLAlchemy loop (backlog)", PSYCOPG_LOOP]
         results: dict[str, list[dict]] = {system: [] for system in systems}
         for round_ in range(args.rounds):
             order = systems if round_ % 2 == 0 else list(reversed(systems))
             for system in order:
                 log(f"sqlfloor: round {round_ + 1}, {system}")
-                outcome = _run(system, server, args, gd_path, bare_path)
+                outcome = _run(system, server, args, gd_path, bare_path, captured)
                 results[system].append(outcome)
                 emit(bench="sqlfloor", system=system, round=round_ + 1, **outcome)
         medians = {s: median([r["steps_per_s"] for r in rs]) or 0.0 for s, rs in results.items()}
@@ -347,6 +474,10 @@ def main(argv: list[str] | None = None) -> None:
             summary["bare_loop_of_its_floor"] = [
                 round(p["steps_per_s"] / f["steps_per_s"], 2)
                 for p, f in zip(results[systems[3]], results[systems[1]], strict=True)
+            ]
+            summary["psycopg_loop_over_bare_loop"] = [
+                round(p["steps_per_s"] / b["steps_per_s"], 2)
+                for p, b in zip(results[systems[4]], results[systems[3]], strict=True)
             ]
         emit(
             bench="sqlfloor-summary",
