@@ -182,22 +182,19 @@ def _unknown_step(group: InFlightGroup, cls: type[Workflow]) -> Finding:
     close = difflib.get_close_matches(step, known, n=1)
     target = close[0] if close else "STEP"
     renamed = f" (to {close[0]!r}?)" if close else ""
-    listing = (
-        f"(list them with geneva-drive list --where type={group.workflow_type} --where "
-        f"current_step={step})"
-    )
+    # The bulk form shows what it would change and asks before it writes.
+    these = f"--where type={group.workflow_type} --where current_step={step}"
     if group.state == PAUSED:  # resume would refuse them: someone must move them on
         fix = (
             f"resume would refuse a step that is gone: after the deploy, move them with "
-            f"geneva-drive resume-at ID {target}; or declare removed_step({step!r}) in "
-            f"{cls.__name__} where it was, and geneva-drive skip ID moves them past it "
-            f"{listing}"
+            f"geneva-drive resume-at {target} {these}; or declare removed_step({step!r}) in "
+            f"{cls.__name__} where it was, and geneva-drive skip {these} moves them past it"
         )
     else:
         fix = (
             f"if the step was deleted, declare removed_step({step!r}) in {cls.__name__} where "
             f"it was, so its rows skip past it; if it was renamed{renamed}, move them there: "
-            f"geneva-drive resume-at ID {target} {listing}"
+            f"geneva-drive resume-at {target} {these}"
         )
     return Finding(
         Problem.UNKNOWN_STEP,
@@ -211,10 +208,11 @@ def _unknown_step(group: InFlightGroup, cls: type[Workflow]) -> Finding:
 
 def _gravestone(group: InFlightGroup) -> Finding:
     step = group.step or ""
+    these = f"--where type={group.workflow_type} --where current_step={step}"
     if group.state == PAUSED:
         fix = (
-            f"resume refuses a removed step: geneva-drive skip ID moves a workflow past it, "
-            f"or geneva-drive resume-at ID STEP; keep removed_step({step!r}) until then"
+            f"resume refuses a removed step: geneva-drive skip {these} moves them past it, "
+            f"or geneva-drive resume-at STEP {these}; keep removed_step({step!r}) until then"
         )
     else:
         fix = f"none needed: they skip past it; keep removed_step({step!r}) until they are gone"

@@ -405,36 +405,79 @@ _verb("cancel", "Cancel workflows (final).")
 _verb("retry", "Make the step workflows stand at due now (scheduled or paused ones).")
 
 
+def id_then(
+    arguments: list[str], where: list[str] | None, what: str, example: str
+) -> tuple[list[int] | None, str]:
+    """``ID WHAT`` for one workflow, or ``WHAT`` alone with ``--where``: (ids or None, what)."""
+    if where:
+        if len(arguments) != 1:
+            raise typer.BadParameter(
+                f"with --where, pass the {what} alone (e.g. {example} --where state=paused), "
+                "not a workflow id too"
+            )
+        return None, arguments[0]
+    if len(arguments) == 2 and arguments[0].isdigit():
+        return [int(arguments[0])], arguments[1]
+    raise typer.BadParameter(
+        f"expected a workflow ID and the {what} (e.g. 42 {example}), or the {what} alone "
+        "with --where KEY=VALUE for every workflow that matches"
+    )
+
+
 @app.command("resume-at")
 def resume_at(
-    workflow_id: Annotated[int, typer.Argument(metavar="ID", help="Workflow id.")],
-    step: Annotated[str, typer.Argument(metavar="STEP", help="The step to continue at.")],
+    arguments: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="[ID] STEP",
+            help="The workflow id and the step to continue at; with --where, the step alone.",
+            show_default=False,
+        ),
+    ],
     database_url: DatabaseUrl,
     app_module: AppModules = None,
+    where: Where = None,
+    yes: Yes = False,
     actor: Actor = None,
     reason: Reason = None,
     json_output: JsonOutput = False,
 ) -> None:
-    """Continue a workflow at a named step (a paused one, or one at a step that is gone)."""
+    """Continue workflows at a named step (paused ones, or ones at a step that is gone)."""
     who = actor or default_actor()
+    ids, step = id_then(arguments, where, "STEP", "pack")
 
     def call(session: Session, id_: int) -> admin.ActionResult:
         return admin.resume_at(session, id_, step, actor=who, reason=reason)
 
     with usage_errors(), connected(database_url, app_module) as settings:
-        refused = act_on_ids(
-            settings.session_factory(), [workflow_id], call, json_output=json_output
+        act(
+            settings,
+            "resume_at",
+            ids,
+            where,
+            call=call,
+            yes=yes,
+            json_output=json_output,
+            actor=who,
+            reason=reason,
+            step=step,
         )
-    if refused:
-        raise typer.Exit(1)
 
 
 @app.command()
 def signal(
-    workflow_id: Annotated[int, typer.Argument(metavar="ID", help="Workflow id.")],
-    name: Annotated[str, typer.Argument(metavar="NAME", help="The signal's name.")],
+    arguments: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="[ID] NAME",
+            help="The workflow id and the signal's name; with --where, the name alone.",
+            show_default=False,
+        ),
+    ],
     database_url: DatabaseUrl,
     app_module: AppModules = None,
+    where: Where = None,
+    yes: Yes = False,
     payload: Annotated[
         str | None, typer.Option(metavar="JSON", help="The payload, e.g. '{\"amount\": 5}'.")
     ] = None,
@@ -446,19 +489,29 @@ def signal(
     reason: Reason = None,
     json_output: JsonOutput = False,
 ) -> None:
-    """Send a signal to a workflow, as the application's code would."""
+    """Send a signal to workflows, as the application's code would."""
     who = actor or default_actor()
+    ids, name = id_then(arguments, where, "NAME", "approved")
     value = parse_payload(payload)
 
     def call(session: Session, id_: int) -> admin.ActionResult:
         return admin.signal(session, id_, name, payload=value, key=key, actor=who, reason=reason)
 
     with usage_errors(), connected(database_url, app_module) as settings:
-        refused = act_on_ids(
-            settings.session_factory(), [workflow_id], call, json_output=json_output
+        act(
+            settings,
+            "signal",
+            ids,
+            where,
+            call=call,
+            yes=yes,
+            json_output=json_output,
+            actor=who,
+            reason=reason,
+            name=name,
+            payload=value,
+            key=key,
         )
-    if refused:
-        raise typer.Exit(1)
 
 
 def parse_payload(payload: str | None) -> Any:

@@ -253,6 +253,77 @@ def test_signal_delivers_a_payload_with_an_idempotency_key(session, installed_da
     assert "bob" in signals[0]["payload_preview"]
 
 
+def test_resume_at_with_where_moves_every_match_after_the_dry_run(session, installed_database_url):
+    paused = [_paused(session), _paused(session)]
+    ready = _ready(session)  # matches no filter below: left alone
+
+    declined = invoke(
+        installed_database_url, "resume-at", "receipt", "--where", "state=paused", input="n\n"
+    )
+    applied = invoke(
+        installed_database_url, "resume-at", "receipt", "--where", "state=paused", "--yes"
+    )
+
+    assert declined.exit_code == 1 and "would resume_at: 2" in declined.stdout
+    assert applied.exit_code == 0, applied.output
+    assert "resume_at: 2 (" in applied.stdout
+    assert [(_state(session, w), _step(session, w)) for w in paused] == [("ready", "receipt")] * 2
+    assert _state(session, ready) == "ready" and _step(session, ready) == "prepare"
+
+
+def test_resume_at_with_where_dry_run_refuses_a_step_the_class_does_not_have(
+    session, installed_database_url
+):
+    paused = _paused(session)
+
+    result = invoke(
+        installed_database_url, "resume-at", "recipt", "--where", "state=paused", "--json"
+    )
+
+    assert result.exit_code == 0, result.output  # a dry run: nothing asked, nothing written
+    preview = json.loads(result.stdout)
+    assert preview["changed"] == []
+    [(refused_id, why)] = preview["refused"]
+    assert refused_id == paused.id and "no such step" in why and "receipt" in why
+    assert _state(session, paused) == "paused"
+
+
+def test_signal_with_where_delivers_to_every_match(session, installed_database_url):
+    ready = [_ready(session), _ready(session)]
+
+    result = invoke(
+        installed_database_url,
+        "signal",
+        "approved",
+        "--where",
+        "type=OpsCharge",
+        "--payload",
+        '{"by": "bob"}',
+        "--yes",
+    )
+
+    assert result.exit_code == 0, result.output
+    for workflow in ready:
+        signals = invoke_json(installed_database_url, "show", str(workflow.id))["signals"]
+        assert [s["name"] for s in signals] == ["approved"]
+        assert "bob" in signals[0]["payload_preview"]
+
+
+def test_resume_at_and_signal_say_which_arguments_each_form_takes(session, installed_database_url):
+    workflow = _paused(session)
+
+    both = invoke(
+        installed_database_url, "resume-at", str(workflow.id), "receipt", "--where", "state=paused"
+    )
+    step_alone = invoke(installed_database_url, "resume-at", "receipt")
+    not_an_id = invoke(installed_database_url, "signal", "approved", "now")
+
+    assert both.exit_code == 2 and "with --where, pass the STEP alone" in both.output
+    assert step_alone.exit_code == 2 and "a workflow ID and the STEP" in step_alone.output
+    assert not_an_id.exit_code == 2 and "a workflow ID and the NAME" in not_an_id.output
+    assert _state(session, workflow) == "paused"
+
+
 def test_a_payload_that_is_not_json_is_a_usage_error(session, installed_database_url):
     workflow = _ready(session)
 

@@ -116,7 +116,11 @@ def test_a_row_at_a_renamed_step_is_stranded_and_the_fix_offers_removed_step_and
     assert finding.problem is Problem.UNKNOWN_STEP and finding.stranded
     assert f"id {moved.id}" in finding.message and "DeployShipping" in finding.message
     assert "removed_step('packing')" in finding.fix
-    assert "geneva-drive resume-at ID pack" in finding.fix
+    # The bulk form, which shows what it would change first: every row of the group at once.
+    assert (
+        "geneva-drive resume-at pack --where type=DeployShipping --where current_step=packing"
+        in finding.fix
+    )
 
 
 def test_a_row_at_a_gravestone_is_listed_but_strands_nothing(session):
@@ -146,7 +150,7 @@ def test_a_paused_workflow_at_a_gravestone_is_told_that_resume_refuses_and_skip_
 
     (finding,) = [f for f in report.findings if f.group.first_id == paused.id]
     assert finding.group.state == "paused" and finding.group.step == "weigh"
-    assert "geneva-drive skip ID" in finding.fix
+    assert "geneva-drive skip --where type=DeployShipping --where current_step=weigh" in finding.fix
 
 
 def test_a_row_whose_hero_class_is_not_loaded_is_stranded(session):
@@ -284,4 +288,7 @@ def test_paused_workflows_at_a_step_that_is_gone_are_told_to_resume_at_a_step_th
 
     assert finding.stranded and finding.problem is Problem.UNKNOWN_STEP
     assert "resume would refuse" in finding.fix
-    assert "geneva-drive resume-at ID pack" in finding.fix
+    assert (
+        "geneva-drive resume-at pack --where type=DeployShipping --where current_step=packing"
+        in finding.fix
+    )

@@ -297,18 +297,28 @@ def _retry(session: Session, workflow: Workflow, now: datetime) -> tuple[str, in
     return f"step {execution.step_name!r} due now (was due {due.isoformat()})", execution.id
 
 
+def _unknown_step(workflow: Workflow, step: str) -> str | None:
+    """Why ``workflow`` cannot continue at ``step`` (no such step, or a removed one), or None."""
+    step_def = type(workflow).steps.named(step)
+    if step_def is not None and not step_def.removed:
+        return None
+    runnable = ", ".join(d.name for d in type(workflow).steps.runnable() if d.name)
+    return (
+        f"{workflow.type} id={workflow.id}: resume_at({step!r}): {type(workflow).__name__} has "
+        f"no such step{' (it is a removed_step)' if step_def is not None else ''}; use one "
+        f"of: {runnable or 'none (is the workflow class imported?)'}"
+    )
+
+
 def _resume_at(
     session: Session, workflow: Workflow, step: str, now: datetime
 ) -> tuple[str, int | None]:
     label = f"{workflow.type} id={workflow.id}"
+    unknown = _unknown_step(workflow, step)
+    if unknown is not None:
+        raise AdminInputError(unknown)
     step_def = type(workflow).steps.named(step)
-    if step_def is None or step_def.removed:
-        runnable = ", ".join(d.name for d in type(workflow).steps.runnable() if d.name)
-        raise AdminInputError(
-            f"{label}: resume_at({step!r}): {type(workflow).__name__} has no such step"
-            f"{' (it is a removed_step)' if step_def is not None else ''}; use one of: "
-            f"{runnable or 'none (is the workflow class imported?)'}"
-        )
+    assert step_def is not None  # _unknown_step found it
     current = queries.current_execution(session, workflow.id)
     if current is not None and current.step_name == step:
         if workflow.state == WorkflowState.PAUSED:
@@ -397,7 +407,7 @@ def _one(
 ) -> str | None:
     """None if the action was done (or would be), else why not."""
     if dry_run:
-        return _would_refuse(session, action, workflow_id)
+        return _would_refuse(session, action, workflow_id, args)
     try:
         _BY_ID[action](session, workflow_id, actor=actor, reason=reason, **args)
     except (AdminRefused, AdminNotFound, AdminInputError) as error:
@@ -405,12 +415,17 @@ def _one(
     return None
 
 
-def _would_refuse(session: Session, action: str, workflow_id: int) -> str | None:
+def _would_refuse(
+    session: Session, action: str, workflow_id: int, args: dict[str, Any]
+) -> str | None:
     workflow = session.get(_workflow_model(), workflow_id, populate_existing=True)
     if workflow is None:
         return f"no workflow with id={workflow_id} any more"
     label = f"{workflow.type} id={workflow.id}"
-    return refusal(action, label, workflow.state, _current(session, workflow, action))
+    why = refusal(action, label, workflow.state, _current(session, workflow, action))
+    if why is None and action == "resume_at":  # the step is the class's to know, per row
+        return _unknown_step(workflow, args["step"])
+    return why
 
 
 def _workflow_model() -> type[Workflow]:
