@@ -268,16 +268,24 @@ def act(
     ids: list[int] | None,
     where: list[str] | None,
     *,
-    call: Call,
     yes: bool,
     json_output: bool,
     actor: str,
     reason: str | None,
     **action_args: Any,
 ) -> None:
-    """Run ``action`` on the ids, or on every workflow matching ``where``; exit 1 on refusals."""
+    """Run ``action`` (the name of an :mod:`admin` verb, with ``action_args``) on the ids, or
+    on every workflow matching ``where``; exit 1 on refusals."""
     if ids and where:
         raise typer.BadParameter("pass workflow ids or --where filters, not both")
+    verb = getattr(admin, action)
+
+    def call(session: Session, workflow_id: int) -> admin.ActionResult:
+        result: admin.ActionResult = verb(
+            session, workflow_id, actor=actor, reason=reason, **action_args
+        )
+        return result
+
     if ids:
         refused = act_on_ids(settings.session_factory(), ids, call, json_output=json_output)
     elif where:
@@ -299,6 +307,34 @@ def act(
         )
     if refused:
         raise typer.Exit(1)
+
+
+def run_verb(
+    database_url: str,
+    app_modules: list[str] | None,
+    action: str,
+    ids: list[int] | None,
+    where: list[str] | None,
+    *,
+    yes: bool,
+    json_output: bool,
+    actor: str | None,
+    reason: str | None,
+    **action_args: Any,
+) -> None:
+    """A verb command's whole body: connect, then :func:`act` (actor: the OS user unless given)."""
+    with usage_errors(), connected(database_url, app_modules) as settings:
+        act(
+            settings,
+            action,
+            ids,
+            where,
+            yes=yes,
+            json_output=json_output,
+            actor=actor or default_actor(),
+            reason=reason,
+            **action_args,
+        )
 
 
 def act_on_ids(
@@ -373,25 +409,17 @@ def _verb(action: str, summary: str) -> None:
         reason: Reason = None,
         json_output: JsonOutput = False,
     ) -> None:
-        who = actor or default_actor()
-        verb = getattr(admin, action)
-
-        def call(session: Session, workflow_id: int) -> admin.ActionResult:
-            result: admin.ActionResult = verb(session, workflow_id, actor=who, reason=reason)
-            return result
-
-        with usage_errors(), connected(database_url, app_module) as settings:
-            act(
-                settings,
-                action,
-                ids,
-                where,
-                call=call,
-                yes=yes,
-                json_output=json_output,
-                actor=who,
-                reason=reason,
-            )
+        run_verb(
+            database_url,
+            app_module,
+            action,
+            ids,
+            where,
+            yes=yes,
+            json_output=json_output,
+            actor=actor,
+            reason=reason,
+        )
 
     command.__doc__ = summary
     command.__name__ = action
@@ -443,25 +471,19 @@ def resume_at(
     json_output: JsonOutput = False,
 ) -> None:
     """Continue workflows at a named step (paused ones, or ones at a step that is gone)."""
-    who = actor or default_actor()
     ids, step = id_then(arguments, where, "STEP", "pack")
-
-    def call(session: Session, id_: int) -> admin.ActionResult:
-        return admin.resume_at(session, id_, step, actor=who, reason=reason)
-
-    with usage_errors(), connected(database_url, app_module) as settings:
-        act(
-            settings,
-            "resume_at",
-            ids,
-            where,
-            call=call,
-            yes=yes,
-            json_output=json_output,
-            actor=who,
-            reason=reason,
-            step=step,
-        )
+    run_verb(
+        database_url,
+        app_module,
+        "resume_at",
+        ids,
+        where,
+        yes=yes,
+        json_output=json_output,
+        actor=actor,
+        reason=reason,
+        step=step,
+    )
 
 
 @app.command()
@@ -490,28 +512,22 @@ def signal(
     json_output: JsonOutput = False,
 ) -> None:
     """Send a signal to workflows, as the application's code would."""
-    who = actor or default_actor()
     ids, name = id_then(arguments, where, "NAME", "approved")
     value = parse_payload(payload)
-
-    def call(session: Session, id_: int) -> admin.ActionResult:
-        return admin.signal(session, id_, name, payload=value, key=key, actor=who, reason=reason)
-
-    with usage_errors(), connected(database_url, app_module) as settings:
-        act(
-            settings,
-            "signal",
-            ids,
-            where,
-            call=call,
-            yes=yes,
-            json_output=json_output,
-            actor=who,
-            reason=reason,
-            name=name,
-            payload=value,
-            key=key,
-        )
+    run_verb(
+        database_url,
+        app_module,
+        "signal",
+        ids,
+        where,
+        yes=yes,
+        json_output=json_output,
+        actor=actor,
+        reason=reason,
+        name=name,
+        payload=value,
+        key=key,
+    )
 
 
 def parse_payload(payload: str | None) -> Any:
