@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import weakref
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -314,7 +315,9 @@ def publish_gauges(
     _prometheus(values, registry)
 
 
-_PROMETHEUS: dict[int, dict[str, Any]] = {}
+# Our gauges per registry, held weakly by the registry itself: keyed by id() they were handed
+# to a new registry created where a collected one had been, and its own stayed empty.
+_PROMETHEUS: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
 
 
 def _prometheus(values: list[tuple[str, float, dict[str, str]]], registry: Any) -> None:
@@ -327,7 +330,7 @@ def _prometheus(values: list[tuple[str, float, dict[str, str]]], registry: Any) 
     except ImportError:
         return
     registry = registry if registry is not None else prometheus_client.REGISTRY
-    metrics = _PROMETHEUS.setdefault(id(registry), {})
+    metrics = _PROMETHEUS.setdefault(registry, {})
     for gauge in metrics.values():
         gauge.clear()  # also the names absent this time: a state nobody is in any more
     for name in {name.replace(".", "_") for name, _, _ in values} - set(metrics):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any
@@ -654,6 +655,27 @@ def test_gauges_are_set_as_prometheus_metrics_and_stale_classes_disappear(gd, se
     assert registry.get_sample_value("geneva_drive_ready", labels) is None
     assert registry.get_sample_value("geneva_drive_canceled_last_hour", labels) == 1
     assert registry.get_sample_value("geneva_drive_canceled", labels) is None  # renamed
+
+
+def test_registries_that_come_and_go_each_get_their_own_gauges(gd, session):
+    # The gauges were kept per id(registry): a registry created where a collected one had
+    # been was handed the dead one's gauges, and its own stayed empty (seen as a flaky
+    # failure of the test above, whose registries come and go).
+    prometheus_client = pytest.importorskip("prometheus_client")
+    HousekeepingOtherClass.create(session)
+    session.commit()
+    labels = {"workflow": "HousekeepingOtherClass"}
+    addresses = set()
+    for _ in range(20):
+        registry = prometheus_client.CollectorRegistry()
+        addresses.add(id(registry))
+        _run(gd, registry=registry)
+        assert registry.get_sample_value("geneva_drive_ready", labels) == 1
+        del registry
+        gc.collect()
+    # CPython gives freed memory to the next object of its size: some registry was made
+    # where a collected one had been, which is the case this test is about.
+    assert len(addresses) < 20
 
 
 def test_a_housekeeping_event_carries_the_counters(gd, session):
