@@ -116,29 +116,53 @@ def _one_workflow(statements: list[tuple[str, list[str]]]) -> list[tuple[str, li
     return run
 
 
-def _parameter(params: list[str], base: datetime, ids: dict[str, str], match: re.Match) -> str:
-    """What replaces ``$n``: a pgbench variable for an id, ``localtimestamp`` for a stamp."""
-    value = params[int(match.group(1)) - 1]
-    if value in ids:
-        return ids[value]
-    stamp = _STAMP.match(value)
-    if stamp is None:
-        # pgbench reads ":name" as a variable even inside a literal (the lease owner's
-        # "vm:1234:5678"), and aborts on it in prepared mode: a dot says the same here.
-        return value.replace(":", ".")
-    offset = round((datetime.fromisoformat(stamp.group(1)) - base).total_seconds())
-    return f"(localtimestamp + interval '{offset} seconds')" if offset else "localtimestamp"
+# ("id", name), ("stamp", timedelta after the statement's first stamp), ("literal", its SQL).
+Shape = tuple[str, Any]
+
+
+def _shapes(params: list[str], ids: dict[str, str]) -> list[Shape]:
+    """What each captured parameter is: an id (by name), a timestamp (as an offset from the
+    statement's earliest, so that a replay can take its own now), or a literal."""
+    stamps = [datetime.fromisoformat(m.group(1)) for p in params if (m := _STAMP.match(p))]
+    base = min(stamps) if stamps else datetime.now()
+    shapes: list[Shape] = []
+    for value in params:
+        stamp = _STAMP.match(value)
+        if value in ids:
+            shapes.append(("id", ids[value]))
+        elif stamp is not None:
+            offset = (datetime.fromisoformat(stamp.group(1)) - base).total_seconds()
+            shapes.append(("stamp", timedelta(seconds=round(offset))))
+        else:
+            shapes.append(("literal", value))
+    return shapes
+
+
+def _pgbench_text(shape: Shape) -> str:
+    """A parameter in a pgbench script: a variable, ``localtimestamp``, or the literal."""
+    kind, value = shape
+    if kind == "id":
+        return f":{value}"
+    if kind == "stamp":
+        seconds = round(value.total_seconds())
+        return f"(localtimestamp + interval '{seconds} seconds')" if seconds else "localtimestamp"
+    # pgbench reads ":name" as a variable even inside a literal (the lease owner's
+    # "vm:1234:5678"), and aborts on it in prepared mode: a dot says the same here.
+    return str(value).replace(":", ".")
+
+
+def _nth(texts: list[str], match: re.Match) -> str:
+    return texts[int(match.group(1)) - 1]
 
 
 def gd_script(captured: Captured) -> str:
     """The captured workflow as a pgbench script: four transactions, ids as variables."""
-    ids = captured.ids(":")
+    ids = captured.ids()
     run = captured.run
     out = []
     for n, (sql, params) in enumerate(run):
-        stamps = [datetime.fromisoformat(m.group(1)) for p in params if (m := _STAMP.match(p))]
-        base = min(stamps) if stamps else datetime.now()
-        body = re.sub(r"\$(\d+)", functools.partial(_parameter, params, base, ids), sql)
+        texts = [_pgbench_text(shape) for shape in _shapes(params, ids)]
+        body = re.sub(r"\$(\d+)", functools.partial(_nth, texts), sql)
         if n == 0:  # the claim: its two ids into variables (the first step's execution, e0)
             body = body.replace(
                 "SELECT geneva_drive_step_executions.id AS e_id,",
@@ -163,11 +187,11 @@ class Captured(NamedTuple):
     workflow_id: int
     execution_ids: list[int]
 
-    def ids(self, prefix: str = "") -> dict[str, str]:
-        """Each id's literal in the log -> its name (w_id, e0, e1, e2), ``prefix`` before it."""
-        named = {f"'{self.workflow_id}'": f"{prefix}w_id"}
+    def ids(self) -> dict[str, str]:
+        """Each id's literal in the log -> its name (w_id, e0, e1, e2)."""
+        named = {f"'{self.workflow_id}'": "w_id"}
         for n, execution_id in enumerate(self.execution_ids):
-            named[f"'{execution_id}'"] = f"{prefix}e{n}"
+            named[f"'{execution_id}'"] = f"e{n}"
         return named
 
 
@@ -208,37 +232,27 @@ def capture(server) -> Captured:  # type: ignore[no-untyped-def]
 
 class _Bound(NamedTuple):
     sql: str  # psycopg's placeholders
-    # Per parameter: ("id", name), ("stamp", seconds after now), or ("value", the value).
-    params: list[tuple[str, Any]]
+    params: list[Shape]
 
 
 def _bound(captured: Captured) -> list[_Bound]:
     ids = captured.ids()
-    statements = []
-    for sql, params in captured.run:
-        stamps = [datetime.fromisoformat(m.group(1)) for p in params if (m := _STAMP.match(p))]
-        base = min(stamps) if stamps else datetime.now()
-        shapes: list[tuple[str, Any]] = []
-        for value in params:
-            stamp = _STAMP.match(value)
-            if value in ids:
-                shapes.append(("id", ids[value]))
-            elif stamp is not None:
-                offset = (datetime.fromisoformat(stamp.group(1)) - base).total_seconds()
-                shapes.append(("stamp", timedelta(seconds=round(offset))))
-            elif value == "NULL":
-                shapes.append(("value", None))
-            else:
-                shapes.append(("value", value[1:-1].replace("''", "'")))
-        statements.append(_Bound(re.sub(r"\$\d+", "%s", sql.replace("%", "%%")), shapes))
-    return statements
+    return [
+        _Bound(re.sub(r"\$\d+", "%s", sql.replace("%", "%%")), _shapes(params, ids))
+        for sql, params in captured.run
+    ]
 
 
 def _values(statement: _Bound, ids: dict[str, int], now: datetime) -> list[Any]:
+    """The parameters of one execution: its ids, stamps from ``now``, the literals' values."""
     return [
-        ids[x] if kind == "id" else now + x if kind == "stamp" else x
+        ids[x] if kind == "id" else now + x if kind == "stamp" else _unquoted(x)
         for kind, x in statement.params
     ]
+
+
+def _unquoted(literal: str) -> str | None:
+    return None if literal == "NULL" else literal[1:-1].replace("''", "'")
 
 
 def run_psycopg_loop(server, captured: Captured, workflows: int, clients: int) -> dict:  # type: ignore[no-untyped-def]

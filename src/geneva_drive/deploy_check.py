@@ -182,8 +182,7 @@ def _unknown_step(group: InFlightGroup, cls: type[Workflow]) -> Finding:
     close = difflib.get_close_matches(step, known, n=1)
     target = close[0] if close else "STEP"
     renamed = f" (to {close[0]!r}?)" if close else ""
-    # The bulk form shows what it would change and asks before it writes.
-    these = f"--where type={group.workflow_type} --where current_step={step}"
+    these = _these(group)
     if group.state == PAUSED:  # resume would refuse them: someone must move them on
         fix = (
             f"resume would refuse a step that is gone: after the deploy, move them with "
@@ -206,9 +205,15 @@ def _unknown_step(group: InFlightGroup, cls: type[Workflow]) -> Finding:
     )
 
 
+def _these(group: InFlightGroup) -> str:
+    """The filters naming a group's workflows, for a fix's bulk command (which shows what it
+    would change and asks before it writes)."""
+    return f"--where type={group.workflow_type} --where current_step={group.step or ''}"
+
+
 def _gravestone(group: InFlightGroup) -> Finding:
     step = group.step or ""
-    these = f"--where type={group.workflow_type} --where current_step={step}"
+    these = _these(group)
     if group.state == PAUSED:
         fix = (
             f"resume refuses a removed step: geneva-drive skip {these} moves them past it, "
