@@ -226,7 +226,9 @@ class Postgres:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         total = sum(int(fields[i]) for i in (11, 12, 13, 14)) / _TICK
         for child in process_tree(pid)[1:]:
-            with contextlib.suppress(FileNotFoundError):  # a backend exiting right now
+            # A backend exiting right now: its file is gone (ENOENT), or reading it fails with
+            # ESRCH while it is being reaped.
+            with contextlib.suppress(FileNotFoundError, ProcessLookupError):
                 total += cpu_seconds(child)
         return total
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import traceback
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -141,6 +142,7 @@ def main(argv: list[str] | None = None) -> dict:
                 try:
                     result = run_system(system, args, server, redis, python)
                 except Exception as error:
+                    traceback.print_exc()  # to stderr: the JSON line keeps only the message
                     result = {"system": system, "error": f"{type(error).__name__}: {error}"}
                 result["round"] = round_no
                 result["system"] = system
