@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from sqlalchemy import inspect as sa_inspect
 from sqlalchemy import text, update
-from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
 from geneva_drive import StepExecution, queries
@@ -210,3 +210,24 @@ def test_an_execution_inserted_in_a_rolled_back_transaction_is_forgotten_by_the_
     assert kept is not None and kept not in session
     states = [row.state for row in executions(session, wf)]
     assert states.count(ExecutionState.SCHEDULED) == 1, states
+
+
+def test_a_connection_lost_before_its_first_direct_statement_is_reported_as_lost(gd, session):
+    # A connection the short path has not used yet has no cursor of its own: making one is
+    # where a closed connection fails first, and that error too must come as SQLAlchemy's,
+    # with the connection invalidated, or the executor never hands the step back.
+    wf = WorkerScaleThreeSteps.create(session)
+    session.commit()
+    execution = executions(session, wf)[0]
+    with Session(gd.engine) as other:
+        mine = other.get(StepExecution, execution.id)
+        fairy = other.connection().connection
+        fairy.info.pop(bypass._CURSOR, None)
+        fairy.dbapi_connection.close()  # as a dead server, or a closed file, leaves it
+        values = {"state": ExecutionState.CANCELED, "updated_at": execution.created_at}
+        assert bypass._plan(_update_shape(*values), gd.engine.dialect) is not None
+        with pytest.raises(DBAPIError) as raised:
+            queries.write_through(other, mine, values)
+        assert raised.value.connection_invalidated
+        other.rollback()
+    assert [(e.step_name, e.state) for e in executions(session, wf)] == [("one", "scheduled")]

@@ -96,8 +96,10 @@ def execute_direct(connection: Connection, stmt: Any, params: dict[str, Any]) ->
         for name, value in params.items()
     }
     bound: Any = values if plan.positions is None else [values[name] for name in plan.positions]
-    cursor = _cursor(connection)
+    cursor = None
     try:
+        # Inside: making the cursor is where a connection found closed fails first.
+        cursor = _cursor(connection)
         cursor.execute(plan.sql, bound)
         if not plan.returns_rows:
             return cursor.rowcount
