@@ -14,7 +14,8 @@ the second run finds the row no longer ``scheduled`` and does nothing.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -32,7 +33,12 @@ from .housekeeping import recover_execution
 from .iteration import run_resumable
 from .models import StepExecution
 from .policy import Decision, resolve
-from .queries.bypass import connection_of, rollback_cause
+from .queries.bypass import (
+    begin_on_held_connection,
+    connection_of,
+    hold_connection,
+    rollback_cause,
+)
 from .queries.claims import EVERY_CLASS_ANY_QUEUE, ClaimScope
 from .states import (
     ExecutionState,
@@ -140,7 +146,7 @@ def run_execution(
     """
     config = config or settings()
     options = options or RunOptions()
-    with config.session_factory()() as session:
+    with _step_session(config) as session:
         started = _phase1(session, options, config, execution_id=execution_id)
         return _continue(session, started, options, config, reraise=reraise)
 
@@ -160,12 +166,22 @@ def claim_and_run(
     """
     config = config or settings()
     scope = scope or EVERY_CLASS_ANY_QUEUE
-    with config.session_factory()() as session:
+    with _step_session(config) as session:
         started = _phase1(session, options, config, scope=scope, claim_id=execution_id)
         if isinstance(started, NotClaimed):
             return False
         _continue(session, started, options, config, reraise=False)
         return True
+
+
+@contextmanager
+def _step_session(config: Settings) -> Iterator[Session]:
+    """The session of one run, holding one connection for all its transactions: the claim's
+    and every chained step's (see ``queries.bypass.hold_connection``)."""
+    factory = config.session_factory()
+    with factory.kw["bind"].connect() as connection, factory() as session:
+        hold_connection(session, connection)
+        yield session
 
 
 def _continue(
@@ -212,6 +228,7 @@ def _phase1(
     """
     try:
         with session.begin():
+            connection_of(session)  # on the held connection, whichever query comes first
             workflow_id = None
             if execution_id is None:
                 claimed = _claim(session, config, scope, claim_id)
@@ -386,6 +403,7 @@ def cancel_conditions_hold(workflow: Workflow) -> bool:
 def _perform(session: Session, prepared: Prepared, options: RunOptions, config: Settings) -> Result:
     workflow, execution, step_def = prepared.workflow, prepared.execution, prepared.step_def
     payload = dict(prepared.identity)
+    begin_on_held_connection(session)  # the body's queries, then phase 3, on that connection
     workflow.__dict__["_gd_received_signal"] = prepared.signal
     hero = workflow.__dict__.get("_gd_hero")
     if hero is not None:

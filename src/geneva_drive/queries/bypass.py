@@ -52,7 +52,7 @@ from sqlalchemy import (
 )
 from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.engine import Dialect
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, InvalidRequestError
 from sqlalchemy.orm import Session, make_transient_to_detached
 from sqlalchemy.orm.attributes import set_committed_value
 
@@ -385,9 +385,69 @@ def connection_of(session: Session) -> Connection:
     if kept is not None and transaction is not None and kept[0] is transaction:
         connection: Connection = kept[1]
         return connection
-    connection = session.connection()
+    connection = _connection_for_transaction(session)
     session.info[_CONNECTION] = (session.get_transaction(), connection)
     return connection
+
+
+# -- the connection a step thread holds --------------------------------------------------------
+#
+# A session bound to the engine checks a connection out of the pool for each transaction and
+# gives it back (the pool's reset included) at each commit: four times for a claim and the
+# two steps chained after it, about a tenth of the worker's CPU per step. The executor's
+# session instead holds one connection for the whole run, and its transactions begin on it.
+# The session stays bound to the *engine*: ``session.get_bind()`` is what the application's
+# code sees, and a session it opens on that bind must stay a transaction of its own (bound
+# to a connection already in a transaction, SQLAlchemy would silently join it instead).
+
+_HELD_CONNECTION = "geneva_drive_held_connection"
+
+
+def hold_connection(session: Session, connection: Connection) -> None:
+    """Begin ``session``'s transactions on ``connection`` (not in a transaction) from now on."""
+    session.info[_HELD_CONNECTION] = connection
+
+
+def _connection_for_transaction(session: Session) -> Connection:
+    held: Connection | None = session.info.get(_HELD_CONNECTION)
+    if held is not None:
+        try:
+            # Registered for the engine too: the session's later requests find it there.
+            return session.connection(bind_arguments={"bind": held})
+        except InvalidRequestError:
+            pass  # this transaction already has one (a body's query began it)
+    return session.connection()
+
+
+def begin_on_held_connection(session: Session) -> None:
+    """Begin a transaction on the held connection now, so that the step body's own queries
+    run on it, where beginning sends nothing to the server (psycopg and PyMySQL begin with
+    their first statement). Not on SQLite: there a transaction begins with ``BEGIN
+    IMMEDIATE``, which would hold the database's write lock for the whole of the body."""
+    held: Connection | None = session.info.get(_HELD_CONNECTION)
+    if held is not None and held.dialect.name != "sqlite" and not session.in_transaction():
+        connection_of(session)
+
+
+@event.listens_for(Session, "after_soft_rollback")
+def _reset_held_connection(session: Session, rolled_back: Any) -> None:
+    # What the pool does to a connection given back, for the held one. A transaction whose
+    # COMMIT failed is over for SQLAlchemy but not always for the driver: SQLite keeps it
+    # open after a busy or refused commit, and the next BEGIN would fail. Only when a whole
+    # transaction that ran on the held connection rolls back (never on the hot path, where
+    # every transaction commits).
+    held: Connection | None = session.info.get(_HELD_CONNECTION)
+    kept = session.info.get(_CONNECTION)
+    if held is None or kept is None or kept[0] is not rolled_back or kept[1] is not held:
+        return
+    if held.invalidated or held.in_transaction():
+        return
+    try:
+        held.dialect.do_rollback(held.connection)
+    except Exception:
+        # Lost under us (a restart, a closed file): a fresh one is connected at the next
+        # begin. Raising here would stop the rollback's caller from handing the step back.
+        held.invalidate()
 
 
 def mark_written(session: Session, instance: Any, values: dict[str, Any]) -> None:
