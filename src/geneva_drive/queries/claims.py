@@ -18,7 +18,6 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.orm import Session
 
 from ..models import StepExecution
@@ -225,14 +224,14 @@ def _selected_labels(core: Any) -> tuple[str, ...]:
 
 
 def _claimed_instances(session: Session, values: dict[str, Any]) -> tuple[StepExecution, Workflow]:
-    execution_mapper = sa_inspect(StepExecution)
+    execution_mapper = StepExecution.__mapper__
     execution = as_loaded(
         session,
         execution_mapper,
         {key: values[label] for key, label in _labels(execution_mapper, "e_")},
         from_select=True,
     )
-    base = sa_inspect(workflow_model())
+    base = workflow_model().__mapper__
     # The row's own class (a vanished class loads as the base: see workflow._FallbackIdentities).
     mapper = base.polymorphic_map[values["w_type"]]
     workflow = as_loaded(

@@ -19,7 +19,7 @@ from sqlalchemy import (
 )
 from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.orm import Session
-from sqlalchemy.orm.attributes import set_committed_value
+from sqlalchemy.orm.attributes import instance_state, set_committed_value
 
 from ..models import StepExecution
 from ..states import (
@@ -56,13 +56,13 @@ def start_both(
     connection = connection_of(session)
     if (
         connection.dialect.name != "postgresql"
-        or sa_inspect(execution).modified
-        or sa_inspect(workflow).modified
+        or instance_state(execution).modified
+        or instance_state(workflow).modified
     ):
         write_through(session, execution, started)
         write_through(session, workflow, performing)
         return
-    stmt = _start_stmt(sa_inspect(type(workflow)).base_mapper, tuple(started), tuple(performing))
+    stmt = _start_stmt(type(workflow).__mapper__.base_mapper, tuple(started), tuple(performing))
     params = {
         **update_params(execution, started, None, "x_"),
         **update_params(workflow, performing, None, "w_"),
@@ -96,7 +96,7 @@ def complete_in_one_statement(
     :func:`insert_execution` — each runs only if the one before it wrote — in one round trip
     instead of three. Nothing pending on either instance (the caller checks).
     """
-    workflow_mapper = sa_inspect(type(workflow))
+    workflow_mapper = type(workflow).__mapper__
     stmt = _complete_stmt(
         workflow_mapper.base_mapper,
         tuple(navigation),
@@ -120,7 +120,7 @@ def complete_in_one_statement(
     if n is None or row is None:
         return bool(w), bool(e), None
     row["id"] = int(n)
-    inserted: StepExecution = as_inserted(session, sa_inspect(StepExecution), row)
+    inserted: StepExecution = as_inserted(session, StepExecution.__mapper__, row)
     return bool(w), bool(e), inserted
 
 
@@ -209,7 +209,7 @@ def insert_execution(session: Session, values: dict[str, Any]) -> StepExecution:
     every other column is NULL or its default. Cheaper than ``session.add()`` + flush, which
     is the one other flush a step would pay for.
     """
-    mapper = sa_inspect(StepExecution)
+    mapper = StepExecution.__mapper__
     row = _execution_row(values)
     connection = connection_of(session)
     if connection.dialect.insert_returning:
@@ -224,7 +224,7 @@ def insert_execution(session: Session, values: dict[str, Any]) -> StepExecution:
 
 def _execution_row(values: dict[str, Any]) -> dict[str, Any]:
     """Every column of a new execution but ``id``: ``values``, else NULL or the default."""
-    row: dict[str, Any] = {attr.key: None for attr in sa_inspect(StepExecution).column_attrs}
+    row: dict[str, Any] = {attr.key: None for attr in StepExecution.__mapper__.column_attrs}
     row.update(state=ExecutionState.SCHEDULED, queue="default", priority=0)
     row.update(values)
     row["updated_at"] = row["created_at"]
