@@ -38,10 +38,12 @@ from .models import TIMEOUT_FOR, Signal, StepExecution
 from .queries.bypass import (
     as_inserted,
     connection_of,
-    lock_workflow_state,
+    execute_direct,
+    lock_workflow_state_with,
     mark_written_if_loaded,
 )
-from .queries.signals import TIMER_KEY, Delivered, deliver_in_one_statement
+from .queries.signals import TIMER_KEY, Delivered, delivery
+from .queries.signals import delivered as delivered_row
 from .states import (
     ACTIVE_EXECUTION_STATES,
     ONGOING_WORKFLOW_STATES,
@@ -147,11 +149,14 @@ def deliver_signal(
     return signal
 
 
+_RUNNING = (WorkflowState.READY, WorkflowState.PERFORMING)
+
+
 def _deliver_in_one_statement(
     workflow: Workflow, name: str, key: str | None, encoded: Any
 ) -> Signal | None:
-    """The usual delivery on PostgreSQL: the row lock, then one statement. None: nothing was
-    written but perhaps the lock; take the slow path.
+    """The usual delivery on PostgreSQL: the row lock, then one statement, in one round trip.
+    None: nothing was written but perhaps the lock; take the slow path.
 
     For signals no matcher with a predicate waits for — those run Python on the payload, row
     by row — to a workflow that is ongoing, whose waiting steps are on one queue. The
@@ -164,17 +169,7 @@ def _deliver_in_one_statement(
     waiting = _waiting_for(workflow, name)
     if waiting is None:
         return None
-    # The statement reads the executions as the session would have them: its own pending
-    # writes first (what the slow path's first query autoflushes).
-    session.flush()
-    # The lock serialises us with the gate, the executor and other senders (whichever
-    # commits second sees the other's write). A statement of its own: the delivery's
-    # snapshot must be taken after it (see deliver_in_one_statement).
-    state = lock_workflow_state(session, workflow)
-    if state is None or state not in ONGOING_WORKFLOW_STATES:
-        return None  # the slow path says why, or finds the earlier delivery of the key
-    paused = state == WorkflowState.PAUSED
-    options = {} if paused else {str(d.name): workflow.merged_job_options(d) for d in waiting}
+    options = {str(d.name): workflow.merged_job_options(d) for d in waiting}
     queues = {str(o.get("queue") or "default") for o in options.values()}
     if len(queues) > 1:
         return None
@@ -184,16 +179,24 @@ def _deliver_in_one_statement(
     notify, notified = None, False
     if queues:
         notify, notified = wake_in_statement(session, next(iter(queues)), now)
-    delivered = deliver_in_one_statement(
-        session,
-        workflow_id=workflow.id,
-        name=name,
-        key=key,
-        payload=encoded,
-        steps=list(options),
-        now=now,
-        wake_queue=notify,
-    )
+    # The statement reads the executions as the session would have them: its own pending
+    # writes first (what the slow path's first query autoflushes).
+    session.flush()
+    # The lock serialises us with the gate, the executor and other senders (whichever
+    # commits second sees the other's write). A statement of its own, so that the
+    # delivery's snapshot is taken after it, but sent with the delivery in one round trip:
+    # the delivery, written for a running workflow, checks the state the lock waited for.
+    fields = {"workflow_id": workflow.id, "name": name, "key": key, "payload": encoded}
+    running = delivery(**fields, steps=list(options), now=now, wake_queue=notify, states=_RUNNING)
+    state, row = lock_workflow_state_with(session, workflow, *running)
+    if state is None or state not in ONGOING_WORKFLOW_STATES:
+        return None  # the slow path says why, or finds the earlier delivery of the key
+    paused = state == WorkflowState.PAUSED
+    if paused:  # buffered, waking nothing: the statement sent with the lock wrote nothing
+        notify, notified = None, False
+        buffered = delivery(**fields, steps=[], now=now, wake_queue=None, states=[state])
+        row = execute_direct(connection_of(session), *buffered)
+    delivered = delivered_row(row)
     if delivered is None:
         return None
     signal = _inserted_signal(session, workflow, delivered, name, key, encoded, now)

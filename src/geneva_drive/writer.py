@@ -116,7 +116,7 @@ def wake(execution: StepExecution, signal_id: int, now: datetime) -> None:
 
 
 def woken_columns(signal_id: int, now: datetime) -> dict[str, Any]:
-    """What :func:`wake` writes (``queries.signals.deliver_in_one_statement`` writes the same
+    """What :func:`wake` writes (``queries.signals.delivery`` writes the same
     in SQL)."""
     return {
         "signal_id": signal_id,

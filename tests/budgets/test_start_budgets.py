@@ -7,14 +7,17 @@ worker's step budget: a statement or a commit more is a regression.
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 import pytest
+from psycopg import pq
 from sqlalchemy import func, select
 
 from geneva_drive import StepExecution, Workflow, step
 from geneva_drive.testing import assert_waiting_for_signal, perform_next_step
 from tests.budgets._support import cost_of, listening
+from tests.engine._support import executions, reload
 from tests.support.app import Order
 
 pytestmark = pytest.mark.usefixtures("gd")
@@ -225,6 +228,31 @@ def test_signal_on_postgresql_is_the_lock_and_one_statement_that_also_wakes(
     assert cost.notifies == 1 and "pg_notify" in cost.statements[1]
     assert cost.commits == 1
     assert current_state(session, wf) == "scheduled"
+
+
+def test_signal_on_postgresql_takes_one_round_trip(session, db_backend, tmp_path):
+    # Unobserved (no listener: the short path), the lock and the delivery go to the server
+    # together, in psycopg's pipeline mode: one Sync for both. libpq's own trace counts the
+    # messages; a cursor listener would force SQLAlchemy's path and hide the difference.
+    if db_backend != "postgresql":
+        pytest.skip("the one-statement delivery is PostgreSQL's")
+    wf = _parked(session)
+    assert reload(session, wf).state == "ready"  # parked; and this transaction is under way
+    pgconn = session.connection().connection.driver_connection.pgconn
+    trace = tmp_path / "libpq.trace"
+    with trace.open("w") as out:
+        pgconn.trace(out.fileno())
+        pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE)
+        try:
+            wf.signal("approved", idempotency_key="k-1")
+        finally:
+            pgconn.untrace()
+    # Frontend messages: "F<tab>length<tab>type…" (a statement's text spans lines of its own).
+    sent = re.findall(r"^F\t\d+\t(\w+)", trace.read_text(), flags=re.MULTILINE)
+    assert sent.count("Execute") == 2, sent  # the lock, then the delivery
+    assert sent.count("Sync") == 1, sent  # one round trip
+    session.commit()
+    assert [e.state for e in executions(session, wf)][-1] == "scheduled"  # woken
 
 
 def test_a_signal_without_idempotency_key_takes_one_savepoint_not_two(session, db_backend):

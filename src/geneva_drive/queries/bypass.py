@@ -92,6 +92,48 @@ def execute_direct(connection: Connection, stmt: Any, params: dict[str, Any]) ->
     if plan is None:
         result = connection.execute(stmt, params)
         return result.first() if result.returns_rows else result.rowcount
+    bound = _bound(plan, params)
+    cursor = None
+    try:
+        # Inside: making the cursor is where a connection found closed fails first.
+        cursor = _cursor(connection)
+        cursor.execute(plan.sql, bound)
+        return _result(plan, cursor)
+    except connection.dialect.loaded_dbapi.Error as error:
+        raise _wrapped(connection, plan.sql, bound, error, cursor) from error
+
+
+def execute_pipelined(
+    connection: Connection, first: tuple[Any, dict[str, Any]], then: tuple[Any, dict[str, Any]]
+) -> tuple[Any, Any]:
+    """:func:`execute_direct` of two statements in one round trip (psycopg's pipeline mode).
+
+    The server still runs them one after the other, and each takes its own snapshot when it
+    starts: the second begins only once the first has finished, lock waits included. If
+    the first fails, the second does not run. Where there is no pipeline (another driver)
+    or someone observes the connection, they are sent one after the other.
+    """
+    dialect = connection.dialect
+    driver: Any = connection.connection.driver_connection
+    observed = not _unobserved(connection)
+    plan1 = None if observed else _plan(first[0], dialect)
+    plan2 = None if observed else _plan(then[0], dialect)
+    if plan1 is None or plan2 is None or not hasattr(driver, "pipeline"):
+        return execute_direct(connection, *first), execute_direct(connection, *then)
+    bound1, bound2 = _bound(plan1, first[1]), _bound(plan2, then[1])
+    cursor = None
+    try:
+        cursor, second = _cursor(connection), _cursor(connection, _SECOND_CURSOR)
+        with driver.pipeline():
+            cursor.execute(plan1.sql, bound1)
+            second.execute(plan2.sql, bound2)
+        return _result(plan1, cursor), _result(plan2, second)
+    except dialect.loaded_dbapi.Error as error:
+        sql = f"{plan1.sql};\n{plan2.sql}"
+        raise _wrapped(connection, sql, (bound1, bound2), error, cursor) from error
+
+
+def _bound(plan: _Plan, params: dict[str, Any]) -> Any:
     processors = plan.processors
     if plan.defaults:
         params = {**plan.defaults, **params}
@@ -99,18 +141,14 @@ def execute_direct(connection: Connection, stmt: Any, params: dict[str, Any]) ->
         name: (processors[name](value) if name in processors else value)
         for name, value in params.items()
     }
-    bound: Any = values if plan.positions is None else [values[name] for name in plan.positions]
-    cursor = None
-    try:
-        # Inside: making the cursor is where a connection found closed fails first.
-        cursor = _cursor(connection)
-        cursor.execute(plan.sql, bound)
-        if not plan.returns_rows:
-            return cursor.rowcount
-        # fetchall: a RETURNING statement left unfinished would stay open in the driver.
-        rows = cursor.fetchall()
-    except connection.dialect.loaded_dbapi.Error as error:
-        raise _wrapped(connection, plan.sql, bound, error, cursor) from error
+    return values if plan.positions is None else [values[name] for name in plan.positions]
+
+
+def _result(plan: _Plan, cursor: Any) -> Any:
+    if not plan.returns_rows:
+        return cursor.rowcount
+    # fetchall: a RETURNING statement left unfinished would stay open in the driver.
+    rows = cursor.fetchall()
     if not rows:
         return None
     if plan.row_processors is None:
@@ -124,7 +162,10 @@ def execute_direct(connection: Connection, stmt: Any, params: dict[str, Any]) ->
 _CURSOR = "geneva_drive_direct_cursor"
 
 
-def _cursor(connection: Connection) -> Any:
+_SECOND_CURSOR = "geneva_drive_direct_cursor_2"  # a pipeline's second statement's
+
+
+def _cursor(connection: Connection, key: str = _CURSOR) -> Any:
     """One cursor per DBAPI connection, kept for its lifetime.
 
     Not only to save creating one: psycopg caches the adapter it found for each parameter
@@ -133,12 +174,12 @@ def _cursor(connection: Connection) -> Any:
     """
     fairy = connection.connection
     dbapi_connection = fairy.dbapi_connection
-    kept = fairy.info.get(_CURSOR)
+    kept = fairy.info.get(key)
     if kept is not None and kept[0] is dbapi_connection:  # not a reconnected record
         return kept[1]
     assert dbapi_connection is not None  # the connection of a begun transaction
     cursor = dbapi_connection.cursor()
-    fairy.info[_CURSOR] = (dbapi_connection, cursor)
+    fairy.info[key] = (dbapi_connection, cursor)
     return cursor
 
 
@@ -249,23 +290,29 @@ def lock_workflow(session: Session, workflow_id: int) -> Workflow | None:
     return workflow
 
 
-def lock_workflow_state(session: Session, workflow: Workflow) -> str | None:
-    """:func:`lock_workflow` for a caller that needs only the row's ``state``: the lock, and
-    the state written into ``workflow``; the instance's other columns are not reloaded.
+def lock_workflow_state_with(
+    session: Session, workflow: Workflow, stmt: Any, params: dict[str, Any]
+) -> tuple[str | None, Any]:
+    """:func:`lock_workflow` for a caller that needs only the row's ``state``, with ``stmt``
+    run right after the lock in the same round trip (:func:`execute_pipelined`): the state
+    (None if the row is gone) and ``stmt``'s first row. ``stmt`` is sent before the state is
+    known, so it must check the state itself.
 
-    One Core statement on the direct path, where the ORM's reload costs several times it
-    (``signal()``'s hot path). Free when this transaction holds the lock already. None if
-    the row is gone.
+    The state is written into ``workflow``; the instance's other columns are not reloaded
+    (the ORM's reload costs several times the statement: ``signal()``'s hot path). When
+    this transaction holds the lock already, only ``stmt`` runs.
     """
+    connection = connection_of(session)
     cached = _locked_instance(session, workflow.id)
     if cached is not None:
-        return str(cached.state)
-    row = execute_direct(connection_of(session), _lock_state_stmt(), {"workflow_id": workflow.id})
+        return str(cached.state), execute_direct(connection, stmt, params)
+    lock = (_lock_state_stmt(), {"workflow_id": workflow.id})
+    row, result = execute_pipelined(connection, lock, (stmt, params))
     if row is None:
-        return None
+        return None, result
     mark_written(session, workflow, {"state": row[0]})
     remember_workflow_lock(session, workflow.id)  # held, but the instance is not the truth
-    return str(row[0])
+    return str(row[0]), result
 
 
 @functools.cache

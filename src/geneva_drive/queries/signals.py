@@ -16,10 +16,9 @@ from typing import Any
 from sqlalchemy import BigInteger, String, bindparam, column, select, text
 from sqlalchemy.orm import Session
 
-from ..models import EXECUTIONS, SIGNALS, Signal, StepExecution, UTCDateTime
+from ..models import EXECUTIONS, SIGNALS, WORKFLOWS, Signal, StepExecution, UTCDateTime
 from ..states import ExecutionState
 from ._sql import in_state
-from .bypass import connection_of, execute_direct
 from .coordination import NOTIFY_CHANNEL
 
 CONSUMED = "consumed"
@@ -90,14 +89,13 @@ def executions_attached_to(session: Session, signal_id: int) -> Sequence[StepExe
 
 @dataclass(frozen=True)
 class Delivered:
-    """What :func:`deliver_in_one_statement` wrote: the signal, and the executions it woke."""
+    """What the :func:`delivery` statement wrote: the signal, and the executions it woke."""
 
     signal_id: int
     woken: tuple[tuple[int, str], ...]  # (execution id, step name); each claimed the signal
 
 
-def deliver_in_one_statement(
-    session: Session,
+def delivery(
     *,
     workflow_id: int,
     name: str,
@@ -106,18 +104,22 @@ def deliver_in_one_statement(
     steps: Sequence[str],
     now: datetime,
     wake_queue: str | None,
-) -> Delivered | None:
-    """Insert the signal and wake what waits for it in one round trip, or write nothing.
+    states: Sequence[str],
+) -> tuple[Any, dict[str, Any]]:
+    """The statement that inserts the signal and wakes what waits for it, or writes nothing;
+    and its parameters. Run it with :func:`delivered` on the row it returns.
 
     The caller holds the workflow row lock, taken by a statement of its own *before* this
-    one: every writer of a workflow's executions takes that lock first, so this statement's
-    snapshot — taken after the lock — is the truth until commit. (In one statement with the
-    lock, the snapshot would predate a wait for the lock, and a row parked or woken by its
-    holder would be missed.) It wakes every execution waiting on one of ``steps``, each
-    claiming the signal once, and NOTIFYs ``wake_queue`` when it woke any.
+    one (in the same round trip: ``bypass.lock_workflow_state_with``): every writer of a
+    workflow's executions takes that lock first, so this statement's snapshot — taken after
+    the lock — is the truth until commit. (In one statement with the lock, the snapshot would
+    predate a wait for the lock, and a row parked or woken by its holder would be missed.)
+    It wakes every execution waiting on one of ``steps``, each claiming the signal once, and
+    NOTIFYs ``wake_queue`` when it woke any.
 
-    Writes nothing, and returns None, whenever the caller's slow path has something to
-    decide: the idempotency key was used already (``ON CONFLICT DO NOTHING``), a waiting row
+    Writes nothing, and returns no row, whenever the caller has something to decide: the
+    workflow is not in one of ``states`` (the lock's answer was not known when this was
+    sent), the idempotency key was used already (``ON CONFLICT DO NOTHING``), a waiting row
     has a timer to disarm first, or another execution of the workflow is active (waking then
     breaks the one-active index — an error that would abort the caller's transaction, as
     this path takes no savepoint).
@@ -128,11 +130,16 @@ def deliver_in_one_statement(
         "key": key,
         "payload": payload,
         "steps": list(steps),
+        "states": [str(state) for state in states],
         "now": now,
     }
     if wake_queue is not None:
         params["channel"], params["queue"] = NOTIFY_CHANNEL, wake_queue
-    row = execute_direct(connection_of(session), _delivery_stmt(wake_queue is not None), params)
+    return _delivery_stmt(wake_queue is not None), params
+
+
+def delivered(row: Any) -> Delivered | None:
+    """What the :func:`delivery` statement wrote; None if it wrote nothing."""
     if row is None:
         return None
     woken = tuple(zip(map(int, row[1] or ()), row[2] or (), strict=True))
@@ -141,7 +148,8 @@ def deliver_in_one_statement(
 
 @functools.cache
 def _delivery_stmt(wake: bool) -> Any:
-    """``p``: the rows to wake; ``go``: one row if the whole delivery can be done here; ``s``:
+    """``p``: the rows to wake; ``go``: one row if the whole delivery can be done here (the
+    workflow in one of the given states among them); ``s``:
     the signal's INSERT, from ``go``; ``x``: the wake-up, joined to ``s`` so it runs only
     for an inserted signal; and the NOTIFY, evaluated only if ``x`` woke a row."""
     notify = ", (SELECT pg_notify(:channel, :queue) FROM x LIMIT 1)" if wake else ""
@@ -155,7 +163,11 @@ WITH p AS (
 ),
 go AS (
     SELECT (SELECT count(*) FROM p) AS n
-    WHERE NOT EXISTS (SELECT 1 FROM p WHERE p.timer_id IS NOT NULL)
+    WHERE EXISTS (
+          SELECT 1 FROM {WORKFLOWS} w
+          WHERE w.id = :workflow_id AND w.state = ANY(CAST(:states AS text[]))
+      )
+      AND NOT EXISTS (SELECT 1 FROM p WHERE p.timer_id IS NOT NULL)
       AND NOT EXISTS (
           SELECT 1 FROM {EXECUTIONS} a
           WHERE a.workflow_id = :workflow_id AND a.state IN ({active})
