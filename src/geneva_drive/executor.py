@@ -179,6 +179,8 @@ def _step_session(config: Settings) -> Iterator[Session]:
     """The session of one run, holding one connection for all its transactions: the claim's
     and every chained step's (see ``queries.bypass.hold_connection``)."""
     factory = config.session_factory()
+    # The factory's own bind, not a new engine_for_workers(): the session finds the held
+    # connection under the engine it is bound to, which must be this very object.
     with factory.kw["bind"].connect() as connection, factory() as session:
         hold_connection(session, connection)
         yield session

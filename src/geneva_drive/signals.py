@@ -193,7 +193,6 @@ def _deliver_in_one_statement(
         return None  # the slow path says why, or finds the earlier delivery of the key
     paused = state == WorkflowState.PAUSED
     if paused:  # buffered, waking nothing: the statement sent with the lock wrote nothing
-        notify, notified = None, False
         buffered = delivery(**fields, steps=[], now=now, wake_queue=None, states=[state])
         row = execute_direct(connection_of(session), *buffered)
     delivered = delivered_row(row)
