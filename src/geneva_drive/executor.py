@@ -82,6 +82,7 @@ class Prepared:
     execution: StepExecution
     step_def: StepDefinition
     signal: Signal | None
+    claimed: bool = False  # claimed by the transaction that finished another workflow
     identity: dict[str, Any] = field(init=False)
     log: events.ContextAdapter = field(init=False)
 
@@ -108,7 +109,10 @@ class RunOptions:
     # Chaining (the database worker): given the queue of a next step that is due now, True
     # means "start it in the transaction that completes this one and run it here next".
     chain: Callable[[str], bool] | None = None
-    on_chained: Callable[[], None] | None = None
+    # Told of every step started without a claim of its own: True when it is the next step
+    # of the workflow that just ran (chaining), False when the transaction that finished a
+    # workflow claimed it (see _claim_next).
+    on_chained: Callable[[bool], None] | None = None
     # Told the id of every step this run starts (the first and each chained one), in the
     # running thread: what a heartbeat renews (leases.RunningExecutions.started).
     on_started: Callable[[int], None] | None = None
@@ -166,11 +170,14 @@ def claim_and_run(
     """
     config = config or settings()
     scope = scope or EVERY_CLASS_ANY_QUEUE
+    # Chaining goes on across workflows: the transaction that finishes one claims the next
+    # (the same claim, within the same scope), saving a transaction per workflow.
+    then_claim = scope if options.chain is not None else None
     with _step_session(config) as session:
         started = _phase1(session, options, config, scope=scope, claim_id=execution_id)
         if isinstance(started, NotClaimed):
             return False
-        _continue(session, started, options, config, reraise=False)
+        _continue(session, started, options, config, reraise=False, then_claim=then_claim)
         return True
 
 
@@ -187,9 +194,19 @@ def _step_session(config: Settings) -> Iterator[Session]:
 
 
 def _continue(
-    session: Session, started: PhaseOne, options: RunOptions, config: Settings, *, reraise: bool
+    session: Session,
+    started: PhaseOne,
+    options: RunOptions,
+    config: Settings,
+    *,
+    reraise: bool,
+    then_claim: ClaimScope | None = None,
 ) -> StepExecution | None:
-    """Phases 2 and 3 of a started step, then of each step chained after it."""
+    """Phases 2 and 3 of a started step, then of each step chained after it.
+
+    ``then_claim``: when a step finishes its workflow, claim the next execution in that
+    scope in the same transaction, and run it here next.
+    """
     if isinstance(started, Ended) and started.error is not None and reraise:
         raise started.error
     if not isinstance(started, Prepared):
@@ -199,13 +216,13 @@ def _continue(
         if options.on_started is not None:
             options.on_started(prepared.execution_id)
         result = _perform(session, prepared, options, config)
-        error, chained = _finalize(session, prepared, result, config, options)
+        error, chained = _finalize(session, prepared, result, config, options, then_claim)
         if error is not None and reraise:
             raise error
         if chained is None:
             return prepared.execution
         if options.on_chained is not None:
-            options.on_chained()
+            options.on_chained(not chained.claimed)
         prepared = chained
 
 
@@ -477,7 +494,12 @@ def _describe(result: Result) -> str:
 
 
 def _finalize(
-    session: Session, prepared: Prepared, result: Result, config: Settings, options: RunOptions
+    session: Session,
+    prepared: Prepared,
+    result: Result,
+    config: Settings,
+    options: RunOptions,
+    then_claim: ClaimScope | None = None,
 ) -> tuple[BaseException | None, Prepared | None]:
     """Record the outcome and schedule what comes next, with the body's writes.
 
@@ -497,7 +519,9 @@ def _finalize(
     with events.instrument("finalize", payload):
         try:
             if isinstance(result, Completed):
-                completed, chained = _complete(session, prepared, config, payload, options)
+                completed, chained = _complete(
+                    session, prepared, config, payload, options, then_claim
+                )
                 if completed:
                     return None, chained
             # Re-lock in the body's own transaction: its writes commit with the outcome.
@@ -641,6 +665,7 @@ def _complete(
     config: Settings,
     payload: dict[str, Any],
     options: RunOptions,
+    then_claim: ClaimScope | None = None,
 ) -> tuple[bool, Prepared | None]:
     """Phase 3 of a completed step, when nobody touched the workflow since phase 1 (fast path).
 
@@ -659,7 +684,9 @@ def _complete(
     phase 1 runs right here, under the lock this transaction holds, and one commit records
     this step's outcome and the next one's start; the caller runs it without a claim. When
     nothing can keep it from starting (no hero to check, no cancel_if, skip_if or signal
-    gate), it is inserted in progress at once.
+    gate), it is inserted in progress at once. When the step finishes its workflow and
+    ``then_claim`` is given, the same transaction claims the next execution instead
+    (:func:`_claim_next`).
     """
     workflow, execution = prepared.workflow, prepared.execution
     if session.is_modified(workflow, include_collections=False):
@@ -693,6 +720,8 @@ def _complete(
     chained = None
     if created is not None and after.step is not None:
         chained = _hand_on(session, workflow, created, after, options, now)
+    elif after.step is None and then_claim is not None:
+        chained = _claim_next(session, then_claim, options, config)
     payload["workflow_state"] = workflow.state
     payload["step_state"] = execution.state
     session.commit()
@@ -790,6 +819,38 @@ def _started_directly(
     return Prepared(workflow, execution, step_def, None)
 
 
+def _claim_next(
+    session: Session, scope: ClaimScope, options: RunOptions, config: Settings
+) -> Prepared | None:
+    """Claim the next due execution in the transaction that has just finished a workflow.
+
+    A worker with a backlog would otherwise commit this transaction and at once open
+    another for its next claim: one commit per workflow saved (four become three for a
+    three-step workflow). The claim is the usual one — same scope, same SKIP LOCKED, same
+    order — and its phase 1 runs as a chained step's does (:func:`_start_chained`), so an
+    application error there never costs the finished workflow its outcome. Nothing is
+    claimed once the worker is stopping. A timer row or a step the code does not define is
+    left to an ordinary claim (declined: its lock goes with this commit), whose phase 1
+    resolves it as always.
+    """
+    if options.should_exit is not None and options.should_exit():
+        return None
+    now = config.clock.now()
+    claimed = queries.claim_due_execution(session, now, scope)
+    if claimed is None:
+        return None
+    locked = _lock_both(session, claimed[0], claimed[1], config)
+    assert locked is not None  # both rows were just claimed and locked
+    workflow, execution = locked
+    step_def = type(workflow).steps.named(execution.step_name)
+    if step_def is None or execution.is_timer:
+        return None
+    started = _start_chained(session, workflow, execution, step_def, options, now)
+    if started is not None:
+        started.claimed = True
+    return started
+
+
 def _start_chained(
     session: Session,
     workflow: Workflow,
@@ -798,10 +859,11 @@ def _start_chained(
     options: RunOptions,
     now: datetime,
 ) -> Prepared | None:
-    """Phase 1 of the next step inside the transaction that completed its predecessor.
+    """Phase 1 of a step inside the transaction that completed another one: its
+    predecessor's, or (claimed there) the last step of another workflow.
 
-    Should anything fail unexpectedly here, only the next step's start is undone: the
-    predecessor's outcome and its body's writes still commit, and the next step is left
+    Should anything fail unexpectedly here, only this step's start is undone: the
+    predecessor's outcome and its body's writes still commit, and the step is left
     scheduled for an ordinary claim, whose phase 1 records the failure as it always does.
     The hero is read before anything is written for the next step; guards that run
     application code or a signal gate run in a savepoint.

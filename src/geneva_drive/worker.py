@@ -319,7 +319,7 @@ class Worker:
             lease=self.lease,
             should_exit=self._should_exit,
             chain=self._may_chain if eager else None,
-            on_chained=lambda: self._count(eager=True),
+            on_chained=lambda eager: self._count(eager=eager),
             on_started=self.running.started,
         )
         self.steps_run = 0

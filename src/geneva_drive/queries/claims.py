@@ -186,26 +186,37 @@ def _claim_locked(session: Session, stmt: Any, params: dict[str, Any]) -> tuple[
     1 would have to select it again. SKIP LOCKED never waits, so taking the two locks in one
     statement cannot deadlock against the workflow-first order of everyone else.
     """
-    if session.identity_map:
-        # Instances this session already holds must be refreshed in place: the ORM does it.
-        row = session.execute(stmt, params).first()
-        if row is None:
-            return None
-        execution, workflow = row[2], row[3]
+    # The statement through Core, and the two instances built from its row: a third of the
+    # cost of the ORM's loading.
+    core = _core_claim(stmt)
+    loaded = execute_direct(connection_of(session), core, params)
+    if loaded is None:
+        return None
+    values = dict(zip(_selected_labels(core), loaded, strict=True))
+    if _holds_either(session, values["e_id"], values["w_id"]):
+        # Instances this session already holds are refreshed in place instead (a session
+        # that claims after finishing a workflow, whose body may have loaded other rows).
+        # Read again, plainly: the claim holds both row locks, so these reads see the rows
+        # as it locked them.
+        execution = session.get(StepExecution, values["e_id"], populate_existing=True)
+        workflow = session.get(workflow_model(), values["w_id"], populate_existing=True)
+        assert execution is not None and workflow is not None  # locked by this transaction
     else:
-        # A fresh session (every worker claim): the same statement through Core, and the two
-        # instances built from its row - a third of the cost of the ORM's loading.
-        core = _core_claim(stmt)
-        loaded = execute_direct(connection_of(session), core, params)
-        if loaded is None:
-            return None
-        values = dict(zip(_selected_labels(core), loaded, strict=True))
         execution, workflow = _claimed_instances(session, values)
     remember_workflow_lock(session, workflow.id, workflow)
     held = held_locks(session, create=True)
     if held is not None:
         held[1][execution.id] = execution
     return (execution.id, workflow.id)
+
+
+def _holds_either(session: Session, execution_id: int, workflow_id: int) -> bool:
+    identities = session.identity_map
+    if not identities:
+        return False
+    execution_key = StepExecution.__mapper__.identity_key_from_primary_key((execution_id,))
+    workflow_key = workflow_model().__mapper__.identity_key_from_primary_key((workflow_id,))
+    return execution_key in identities or workflow_key in identities
 
 
 @functools.lru_cache(maxsize=8)
