@@ -15,6 +15,9 @@ Modes, each on a fresh database (no worker runs; the rows stay scheduled):
 - ``signal``: one transaction per ``session.get()`` + ``workflow.signal("go")`` + commit, on
   workflows parked on that signal (prepared before the clock starts): a web request
   delivering an event; ``get``: the same without the signal, what ``signal()`` adds to.
+  Its ``signal_split``: the CPU inside ``signal()`` itself, and the part of it spent
+  sending its two statements in psycopg's pipeline and reading the answers — the floor
+  of any delivery that takes the row lock as a statement of its own.
 
 For each: wall ms and caller CPU ms per workflow (process CPU of this script, which is all
 the caller: no worker runs), and — in a second, observed pass, since a statement listener
@@ -110,14 +113,35 @@ class _Signal:
     def __init__(self, deliver: bool = True) -> None:
         self.parked: list[int] = []
         self.deliver = deliver  # False: the same load and commit without the signal
+        # CPU seconds of the last pass: in signal() itself, and in the part of it that sends
+        # its two statements through psycopg's pipeline and reads their answers.
+        self.in_signal = self.in_statements = 0.0
 
     def __call__(self, session: Session, count: int) -> None:
-        for workflow_id in self.parked[:count]:
-            workflow = session.get(gd_app.BenchSignaled, workflow_id)
-            assert workflow is not None
-            if self.deliver:
-                workflow.signal("go")
-            session.commit()
+        from geneva_drive.queries import bypass
+
+        self.in_signal = self.in_statements = 0.0
+        pipelined = bypass.execute_pipelined
+
+        def timed(*args: Any) -> Any:
+            started = time.process_time()
+            try:
+                return pipelined(*args)
+            finally:
+                self.in_statements += time.process_time() - started
+
+        bypass.execute_pipelined = timed  # looked up at each call, from bypass's own globals
+        try:
+            for workflow_id in self.parked[:count]:
+                workflow = session.get(gd_app.BenchSignaled, workflow_id)
+                assert workflow is not None
+                if self.deliver:
+                    started = time.process_time()
+                    workflow.signal("go")
+                    self.in_signal += time.process_time() - started
+                session.commit()
+        finally:
+            bypass.execute_pipelined = pipelined
 
 
 def _prepare(run: Callable, session: Session, count: int) -> None:  # type: ignore[type-arg]
@@ -182,6 +206,12 @@ def one_mode(args: argparse.Namespace, server: Any, name: str, run: Callable) ->
     with Session(engine) as session:
         _timed(run, session, min(50, samples))  # warm-up: caches, prepared statements, pool
         wall, cpu = _timed(run, session, samples)
+        split = None
+        if isinstance(run, _Signal) and run.deliver:
+            split = {
+                "signal_call_cpu_ms": round(run.in_signal * 1000 / samples, 3),
+                "its_two_statements_cpu_ms": round(run.in_statements * 1000 / samples, 3),
+            }
         profile_text = None
         if args.profile:
             _prepare(run, session, samples)
@@ -210,6 +240,8 @@ def one_mode(args: argparse.Namespace, server: Any, name: str, run: Callable) ->
         "workflows_per_s": round(samples / wall, 1),
         "per_workflow": {k: round(v / samples, 3) for k, v in sorted(seen.items())},
     }
+    if split is not None:
+        result["signal_split"] = split
     if profile_text:
         log(f"--- cProfile, {name} ---\n{profile_text}")
     return result
