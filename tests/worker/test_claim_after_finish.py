@@ -26,8 +26,9 @@ THREE_DONE = [
 ]
 
 
-class ClaimedCancelIfBlowsUpOnce(Workflow):
-    may_proceed_without_hero = True
+class ClaimedCancelIfBlowsUpOnce(WorkerScaleThreeSteps):
+    """Its steps (one, two, three) are its parent's."""
+
     raised: ClassVar[list[str]] = []
 
     def cancel_if(self) -> bool:
@@ -35,18 +36,6 @@ class ClaimedCancelIfBlowsUpOnce(Workflow):
             self.raised.append("cancel_if")
             raise RuntimeError("injected: cancel_if breaks once")
         return False
-
-    @step
-    def one(self) -> None:
-        pass
-
-    @step
-    def two(self) -> None:
-        pass
-
-    @step
-    def three(self) -> None:
-        pass
 
 
 class FinishLooksAtTheNext(Workflow):
@@ -66,6 +55,13 @@ class FinishLooksAtTheNext(Workflow):
         self.kept[:] = [other, *rows]  # held: the session's identity map is weak
 
 
+def _due_after(clock: Any, cls: type[Workflow], session: Any) -> Workflow:
+    """A workflow due a second after those made before it: the frozen clock gives equal due
+    times otherwise, and the claim's order between equals is the database's."""
+    clock.advance(seconds=1)
+    return cls.create(session)
+
+
 def _run(gd: Any, *workflows: Workflow) -> Worker:
     worker = Worker(config=gd, concurrency=1, poll_interval=0.05)
     ids = [wf.id for wf in workflows]
@@ -81,9 +77,9 @@ def _run(gd: Any, *workflows: Workflow) -> Worker:
     return worker
 
 
-def test_finishing_a_workflow_claims_the_next_in_the_same_transaction(gd, session):
+def test_finishing_a_workflow_claims_the_next_in_the_same_transaction(gd, session, clock):
     first = WorkerScaleThreeSteps.create(session)
-    second = WorkerScaleThreeSteps.create(session)
+    second = _due_after(clock, WorkerScaleThreeSteps, session)
     session.commit()
     commits, stop = _writing_commits(gd.require_engine())
     try:
@@ -102,9 +98,9 @@ def test_finishing_a_workflow_claims_the_next_in_the_same_transaction(gd, sessio
     assert (worker.steps_run, worker.steps_run_eagerly) == (6, 4)
 
 
-def test_a_stopping_worker_claims_nothing_when_a_workflow_finishes(gd, session):
+def test_a_stopping_worker_claims_nothing_when_a_workflow_finishes(gd, session, clock):
     first = WorkerScaleThreeSteps.create(session)
-    second = WorkerScaleThreeSteps.create(session)
+    second = _due_after(clock, WorkerScaleThreeSteps, session)
     session.commit()
     options = RunOptions(worker_id="w", chain=lambda queue: True, should_exit=lambda: True)
 
@@ -114,10 +110,10 @@ def test_a_stopping_worker_claims_nothing_when_a_workflow_finishes(gd, session):
     assert trail(session, second) == [("one", "scheduled", None)]
 
 
-def test_an_error_in_the_claimed_steps_phase_one_keeps_the_finished_workflow(gd, session):
+def test_an_error_in_the_claimed_steps_phase_one_keeps_the_finished_workflow(gd, session, clock):
     ClaimedCancelIfBlowsUpOnce.raised.clear()
     first = WorkerScaleThreeSteps.create(session)
-    second = ClaimedCancelIfBlowsUpOnce.create(session)
+    second = _due_after(clock, ClaimedCancelIfBlowsUpOnce, session)
     session.commit()
 
     _run(gd, first, second)
@@ -129,9 +125,9 @@ def test_an_error_in_the_claimed_steps_phase_one_keeps_the_finished_workflow(gd,
     assert trail(session, second) == THREE_DONE
 
 
-def test_a_claimed_workflow_the_finishing_body_had_loaded_is_refreshed(gd, session):
+def test_a_claimed_workflow_the_finishing_body_had_loaded_is_refreshed(gd, session, clock):
     first = FinishLooksAtTheNext.create(session)
-    second = WorkerScaleThreeSteps.create(session)
+    second = _due_after(clock, WorkerScaleThreeSteps, session)
     session.commit()
     FinishLooksAtTheNext.other_id = second.id
     FinishLooksAtTheNext.kept.clear()
