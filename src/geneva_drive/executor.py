@@ -721,7 +721,7 @@ def _complete(
     if created is not None and after.step is not None:
         chained = _hand_on(session, workflow, created, after, options, now)
     elif after.step is None and then_claim is not None:
-        chained = _claim_next(session, then_claim, options, config)
+        chained = _claim_next(session, then_claim, options, config, now)
     payload["workflow_state"] = workflow.state
     payload["step_state"] = execution.state
     session.commit()
@@ -820,7 +820,7 @@ def _started_directly(
 
 
 def _claim_next(
-    session: Session, scope: ClaimScope, options: RunOptions, config: Settings
+    session: Session, scope: ClaimScope, options: RunOptions, config: Settings, now: datetime
 ) -> Prepared | None:
     """Claim the next due execution in the transaction that has just finished a workflow.
 
@@ -835,8 +835,7 @@ def _claim_next(
     """
     if options.should_exit is not None and options.should_exit():
         return None
-    now = config.clock.now()
-    claimed = queries.claim_due_execution(session, now, scope)
+    claimed = _claim(session, config, scope, None)
     if claimed is None:
         return None
     locked = _lock_both(session, claimed[0], claimed[1], config)
