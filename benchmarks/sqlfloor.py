@@ -2,8 +2,9 @@
 
 What would a worker that cost nothing in Python reach on this machine? A ``geneva-drive
 worker`` runs one three-step workflow with ``log_statement = all``; the statements it sent
-(the claim, the start, the three completions, each in its own transaction) are read back from
-the server log with their parameters and turned into a pgbench script, the ids becoming pgbench
+(the claim, the start, the three completions) are read back from the server log with their
+parameters and turned into a pgbench script in the worker's three transactions per workflow
+(the next claim and start ride with the last completion), the ids becoming pgbench
 variables and the timestamps ``localtimestamp`` (+ the same offsets, for the lease expiry). The
 bare loop's three statements (``peers/peer_bare.py``) get a script of their own. pgbench — C,
 libpq, prepared statements (``-M prepared``, as psycopg prepares after five executions) — then
@@ -13,7 +14,9 @@ each design's SQL on this machine, whatever the client. With ``--python`` the sa
 run a ``geneva-drive worker`` and the bare loop itself (as ``peers.py`` runs them), so each
 Python client's share of its own SQL's floor comes from one run, and geneva-drive's captured
 statements from 4 Python threads on psycopg alone — no SQLAlchemy, no ORM, none of the
-executor's bookkeeping: the least a Python worker sending this SQL could cost.
+executor's bookkeeping: the least a Python worker sending this SQL could cost — and once more
+with each transaction a SQLAlchemy ``Session``'s: the least such a worker costs when, as
+geneva-drive's API promises, every step body's writes go into a session's transaction.
 
     .venv/bin/python benchmarks/sqlfloor.py --workflows 4000 --clients 4 --rounds 3 --python
 """
@@ -43,6 +46,8 @@ from sqlalchemy import create_engine, text
 
 # geneva-drive's statements from Python threads on psycopg alone (--python).
 PSYCOPG_LOOP = "geneva-drive SQL, psycopg loop"
+# The same, each transaction a SQLAlchemy Session's (--python).
+SESSION_LOOP = "geneva-drive SQL, psycopg loop, a Session per transaction"
 
 # peers/peer_bare.py, by its path: "peers" here is peers.py, the script that runs them all.
 _spec = importlib.util.spec_from_file_location("peer_bare", BENCH_DIR / "peers" / "peer_bare.py")
@@ -156,27 +161,30 @@ def _nth(texts: list[str], match: re.Match) -> str:
 
 
 def gd_script(captured: Captured) -> str:
-    """The captured workflow as a pgbench script: four transactions, ids as variables."""
+    """The captured workflow as a pgbench script, ids as variables, in the worker's three
+    transactions: the claim and start of the next workflow ride in the transaction of the
+    last completion (only a client's very first workflow is claimed on its own)."""
     ids = captured.ids()
     run = captured.run
-    out = []
-    for n, (sql, params) in enumerate(run):
-        texts = [_pgbench_text(shape) for shape in _shapes(params, ids)]
-        body = re.sub(r"\$(\d+)", functools.partial(_nth, texts), sql)
-        if n == 0:  # the claim: its two ids into variables (the first step's execution, e0)
-            body = body.replace(
-                "SELECT geneva_drive_step_executions.id AS e_id,",
-                "SELECT geneva_drive_step_executions.id AS e0, geneva_drive_workflows.id AS w_id,"
-                " geneva_drive_step_executions.id AS e_id,",
-                1,
-            )
-            out += ["BEGIN;", body + " \\gset"]
-        elif n == 1:
-            out += [body + ";", "COMMIT;"]
-        elif n < len(run) - 1:  # a completion that inserts the next step's row: its id
-            out += ["BEGIN;", body.replace("AS anon_3", f"AS e{n - 1}") + " \\gset", "COMMIT;"]
+    texts = []
+    for sql, params in run:
+        values = [_pgbench_text(shape) for shape in _shapes(params, ids)]
+        texts.append(re.sub(r"\$(\d+)", functools.partial(_nth, values), sql))
+    # The claim: its two ids into variables (the first step's execution, e0).
+    claim = texts[0].replace(
+        "SELECT geneva_drive_step_executions.id AS e_id,",
+        "SELECT geneva_drive_step_executions.id AS e0, geneva_drive_workflows.id AS w_id,"
+        " geneva_drive_step_executions.id AS e_id,",
+        1,
+    )
+    claim_and_start = [claim + " \\gset", texts[1] + ";"]
+    # w_id is 0 (pgbench -D) until a client's first claim sets it.
+    out = ["\\if :w_id = 0", "BEGIN;", *claim_and_start, "COMMIT;", "\\endif"]
+    for n, body in enumerate(texts[2:]):
+        if n < len(texts) - 3:  # a completion that inserts the next step's row: its id
+            out += ["BEGIN;", body.replace("AS anon_3", f"AS e{n + 1}") + " \\gset", "COMMIT;"]
         else:
-            out += ["BEGIN;", body + ";", "COMMIT;"]
+            out += ["BEGIN;", body + ";", *claim_and_start, "COMMIT;"]
     return "\n".join(out) + "\n"
 
 
@@ -255,41 +263,110 @@ def _unquoted(literal: str) -> str | None:
     return None if literal == "NULL" else literal[1:-1].replace("''", "'")
 
 
-def run_psycopg_loop(server, captured: Captured, workflows: int, clients: int) -> dict:  # type: ignore[no-untyped-def]
+class _PlainTransactions:
+    """Transactions on a psycopg connection: it begins with the first statement."""
+
+    def __init__(self, dsn: str) -> None:
+        import psycopg
+
+        self.conn = psycopg.connect(dsn)
+        self.cursor = self.conn.cursor()
+
+    def begin(self) -> Any:
+        return self.cursor
+
+    def commit(self) -> None:
+        self.conn.commit()
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+class _SessionTransactions:
+    """Each transaction a SQLAlchemy ``Session``'s, begun on one held connection and
+    committed by ``session.commit()``, the statements sent on its DBAPI cursor: what a
+    worker that hands every step body an ORM session pays at the least for it. The session
+    is bound to the engine and given the held connection per transaction, as the executor's
+    is (``queries.bypass.hold_connection``)."""
+
+    def __init__(self, engine: Any) -> None:
+        from sqlalchemy.orm import Session
+
+        self.held = engine.connect()
+        self.session = Session(bind=engine, expire_on_commit=False)
+        self.cursor: Any = None
+
+    def begin(self) -> Any:
+        self.session.begin()
+        connection = self.session.connection(bind_arguments={"bind": self.held})
+        if self.cursor is None:
+            self.cursor = connection.connection.driver_connection.cursor()
+        return self.cursor
+
+    def commit(self) -> None:
+        self.session.commit()
+
+    def close(self) -> None:
+        self.session.close()
+        self.held.close()
+
+
+def run_psycopg_loop(  # type: ignore[no-untyped-def]
+    server, captured: Captured, workflows: int, clients: int, *, session: bool = False
+) -> dict:
     """geneva-drive's statements, exactly, from ``clients`` Python threads on psycopg alone
-    (no SQLAlchemy, no ORM, no bookkeeping): what a worker's Python could cost at the least."""
+    (no SQLAlchemy, no ORM, no bookkeeping): what a worker's Python could cost at the least.
+    With ``session``, each transaction is a SQLAlchemy ``Session``'s (nothing else of
+    SQLAlchemy's: no ORM instances, no statements through it).
+
+    As the worker sends them: three transactions per workflow — the claim and the first
+    step's start ride in the transaction of the previous workflow's last completion.
+    """
     import psycopg
 
     name, url = server.create_database("floorpy")
     engine, config = _gd.prepare(url)
     _gd.seed(config, gd_app.BenchThreeSteps, workflows + workflows // 10)
-    engine.dispose()
     dsn = server.url(name, driver="postgresql")
     claim, start, *completions = _bound(captured)
     left = [workflows]
     lock = threading.Lock()
 
+    def take() -> bool:
+        with lock:
+            if left[0] == 0:
+                return False
+            left[0] -= 1
+            return True
+
+    def claim_and_start(cur: Any) -> dict[str, int]:
+        now = datetime.now(UTC).replace(tzinfo=None)
+        row = cur.execute(claim.sql, _values(claim, {}, now)).fetchone()
+        assert row is not None, "the backlog ran dry"
+        names = [column.name for column in cur.description or ()]
+        ids = {"e0": row[names.index("e_id")], "w_id": row[names.index("w_id")]}
+        cur.execute(start.sql, _values(start, ids, now))
+        return ids
+
     def work() -> None:
-        with psycopg.connect(dsn) as conn:
-            cur = conn.cursor()
-            while True:
-                with lock:
-                    if left[0] == 0:
-                        return
-                    left[0] -= 1
-                now = datetime.now(UTC).replace(tzinfo=None)
-                row = cur.execute(claim.sql, _values(claim, {}, now)).fetchone()
-                assert row is not None, "the backlog ran dry"
-                names = [column.name for column in cur.description or ()]
-                ids = {"e0": row[names.index("e_id")], "w_id": row[names.index("w_id")]}
-                cur.execute(start.sql, _values(start, ids, now))
-                conn.commit()
+        tx = _SessionTransactions(engine) if session else _PlainTransactions(dsn)
+        try:
+            if not take():
+                return
+            ids = claim_and_start(tx.begin())
+            tx.commit()
+            while ids:
                 for n, statement in enumerate(completions):
+                    cur = tx.begin()
                     now = datetime.now(UTC).replace(tzinfo=None)
                     inserted = cur.execute(statement.sql, _values(statement, ids, now)).fetchone()
-                    conn.commit()
                     if inserted is not None and inserted[2] is not None:
                         ids[f"e{n + 1}"] = inserted[2]
+                    if n == len(completions) - 1:
+                        ids = claim_and_start(cur) if take() else {}
+                    tx.commit()
+        finally:
+            tx.close()
 
     before = commits(dsn, name)
     threads = [threading.Thread(target=work) for _ in range(clients)]
@@ -300,6 +377,7 @@ def run_psycopg_loop(server, captured: Captured, workflows: int, clients: int) -
         thread.join()
     seconds = time.perf_counter() - t0
     cpu, server_cpu = time.process_time() - cpu0, server.cpu_s() - server0
+    engine.dispose()
     time.sleep(0.5)  # let the backends exit and report their counters
     after = commits(dsn, name)
     with psycopg.connect(dsn) as conn:
@@ -332,6 +410,8 @@ def pgbench(server, database: str, script: Path, clients: int, transactions: int
         str(transactions),
         "-f",
         str(script),
+        "-D",
+        "w_id=0",  # geneva-drive's script: no workflow claimed yet
         "-h",
         "127.0.0.1",
         "-p",
@@ -428,6 +508,8 @@ def _run(
         return run_gd(server, gd, args.workflows, args.clients)
     if system == PSYCOPG_LOOP:
         return run_psycopg_loop(server, captured, args.workflows, args.clients)
+    if system == SESSION_LOOP:
+        return run_psycopg_loop(server, captured, args.workflows, args.clients, session=True)
     if system == "bare loop SQL":
         return run_bare(server, bare, args.workflows, args.clients)
     # The Python clients, as peers.py runs them (same workload, steps = 3 × workflows).
@@ -463,7 +545,8 @@ def main(argv: list[str] | None = None) -> None:
             log(gd_path.read_text())
         systems = ["geneva-drive SQL", "bare loop SQL"]
         if args.python:
-            systems += [peers.SYSTEMS[0], "bare SQLAlchemy loop (backlog)", PSYCOPG_LOOP]
+            systems += [peers.SYSTEMS[0], "bare SQLAlchemy loop (backlog)"]
+            systems += [PSYCOPG_LOOP, SESSION_LOOP]
         results: dict[str, list[dict]] = {system: [] for system in systems}
         for round_ in range(args.rounds):
             order = systems if round_ % 2 == 0 else list(reversed(systems))
@@ -492,6 +575,10 @@ def main(argv: list[str] | None = None) -> None:
             summary["psycopg_loop_over_bare_loop"] = [
                 round(p["steps_per_s"] / b["steps_per_s"], 2)
                 for p, b in zip(results[systems[4]], results[systems[3]], strict=True)
+            ]
+            summary["session_loop_over_bare_loop"] = [
+                round(p["steps_per_s"] / b["steps_per_s"], 2)
+                for p, b in zip(results[systems[5]], results[systems[3]], strict=True)
             ]
         emit(
             bench="sqlfloor-summary",
