@@ -233,3 +233,52 @@ def test_an_operator_finds_a_failed_workflow_resumes_it_and_bulk_cancels_the_wai
     shoot(page, db_backend, "workflow-narrow")
     assert errors == []
     page.close()
+
+
+def test_keyboard_focus_stays_on_the_same_control_across_live_refreshes(
+    chromium, serve, gd, scenario: Scenario
+):
+    """A refresh swaps #live's children. Without putting focus back, a keyboard user on
+    "Resume…" (or on a link) lands on <body> at the next refresh and Enter does nothing: the
+    flake CI once showed in the operator test above, and what a screen-reader user would hit."""
+    from playwright.sync_api import expect
+
+    base = serve(
+        create_app(
+            engine=gd.engine,
+            authorize=allow_everything,
+            actor=lambda request: "browser-test",
+            clock=gd.clock,
+            refresh_seconds=0.1,
+        )
+    )
+    page = chromium.new_page()
+    page.goto(f"{base}/workflows/{scenario.failed}")
+    page.evaluate(
+        "window.__refreshes = 0;"
+        "document.addEventListener('gd:refreshed', () => { window.__refreshes += 1; })"
+    )
+
+    def after_two_refreshes() -> None:
+        # page.wait_for_function would evaluate a string, which the dashboard's CSP forbids.
+        seen = page.evaluate("window.__refreshes")
+        wait_until(lambda: page.evaluate("window.__refreshes") >= seen + 2, "two refreshes")
+
+    def focused() -> str:
+        return str(page.evaluate("document.activeElement.textContent.trim()"))
+
+    page.locator("summary:has-text('Resume…')").focus()
+    after_two_refreshes()
+    assert focused() == "Resume…"
+    page.keyboard.press("Enter")
+    expect(page.locator("details:has(input[value=resume])")).to_have_attribute("open", "")
+
+    # A link without an id: found again by its target and text.
+    page.keyboard.press("Escape")
+    page.locator("details:has(input[value=resume]) > summary").click()  # closes it again
+    hero = page.locator("main a[href*='hero_type=Order']").first
+    hero.focus()
+    href = hero.get_attribute("href")
+    after_two_refreshes()
+    assert page.evaluate("document.activeElement.getAttribute('href')") == href
+    page.close()

@@ -1,9 +1,37 @@
 // Live refresh for the geneva-drive dashboard: every few seconds, fetch this page again and
 // swap in its #live part. Without JavaScript the pages still work; they just don't refresh.
-// Nothing is replaced while you use a form (an open action, focus inside a form), and open
-// <details> (backtraces) stay open across refreshes.
+// Nothing is replaced while you use a form (an open action, focus inside a form), open
+// <details> (backtraces) stay open across refreshes, and keyboard focus stays where it was: a
+// refresh that swapped out the focused link or action would otherwise drop focus to <body>,
+// and the next key press (Enter on "Resume…") would do nothing.
 (function () {
   "use strict";
+  var FOCUSABLE = "a[href], button, summary, input, select, textarea, [tabindex]";
+  // What an element is, in words that survive a refresh: its tag, target, name, value and text.
+  function signature(el) {
+    var parts = [el.tagName, el.getAttribute("href"), el.getAttribute("name"), el.value];
+    return parts.concat([el.textContent.trim()]).join("\u0000");
+  }
+  function alike(live, sig) {
+    return Array.prototype.filter.call(live.querySelectorAll(FOCUSABLE), function (e) {
+      return signature(e) === sig;
+    });
+  }
+  // Where focus is inside #live: an id if it has one, else its signature and which of the
+  // elements alike it was (the third "Retry now…" stays the third).
+  function focusKey(live, el) {
+    if (el.id) return { id: el.id };
+    var sig = signature(el);
+    return { sig: sig, nth: alike(live, sig).indexOf(el) };
+  }
+  function refocus(live, key) {
+    var target = key.id ? document.getElementById(key.id) : null;
+    if (!key.id) {
+      var same = alike(live, key.sig);
+      target = same[Math.min(key.nth, same.length - 1)] || null;
+    }
+    if (target && live.contains(target)) target.focus();
+  }
   function busy(live) {
     var active = document.activeElement;
     if (active && live.contains(active) && active.closest("form")) return true;
@@ -26,11 +54,14 @@
         var open = Array.prototype.map.call(live.querySelectorAll("details[open][id]"), function (d) {
           return d.id;
         });
+        var active = document.activeElement;
+        var key = active && active !== document.body && live.contains(active) ? focusKey(live, active) : null;
         live.replaceChildren.apply(live, Array.prototype.slice.call(fresh.childNodes));
         open.forEach(function (id) {
           var d = document.getElementById(id);
           if (d) d.open = true;
         });
+        if (key) refocus(live, key);
         if (!fresh.hasAttribute("data-refresh")) live.removeAttribute("data-refresh");
         live.dispatchEvent(new CustomEvent("gd:refreshed", { bubbles: true }));
       })
