@@ -104,6 +104,23 @@ def machine() -> dict[str, Any]:
     }
 
 
+def host_jiffies() -> tuple[int, int]:
+    """The whole host's (busy, total) CPU time in clock ticks so far, from /proc/stat."""
+    fields = [int(f) for f in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    total = sum(fields[:8])  # guest time is already counted in user
+    return total - idle, total
+
+
+def host_busy_cores(since: tuple[int, int]) -> float:
+    """How many of the host's cores were busy, on average, since ``host_jiffies()`` said
+    ``since``: every process's CPU, the database's and this script's included. Next to the
+    CPU per step of each process, it says whether a run was limited by the machine."""
+    busy, total = host_jiffies()
+    share = (busy - since[0]) / max(total - since[1], 1)
+    return round(share * (os.cpu_count() or 1), 2)
+
+
 # -- processes ---------------------------------------------------------------------------------
 
 

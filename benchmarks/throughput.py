@@ -31,6 +31,8 @@ from _common import (
     WaitSampler,
     commits,
     emit,
+    host_busy_cores,
+    host_jiffies,
     log,
     machine,
     percentile,
@@ -74,7 +76,9 @@ def one_mode(args: argparse.Namespace, server, processes: int) -> dict:  # type:
     if processes == 0:
         if drive:
             raise SystemExit("--drive runs worker processes: pass --processes 1 (or more)")
+        host0 = host_jiffies()
         run = _gd.run_in_process(config, args.workflows, args.concurrency)
+        host_cores = host_busy_cores(host0)
         trace = list(gd_app.TRACE)
         cpu = self_gauges()["cpu_s"] - cpu0
         rss = self_gauges()["peak_rss_mb"]
@@ -88,11 +92,13 @@ def one_mode(args: argparse.Namespace, server, processes: int) -> dict:  # type:
             del os.environ["GD_BENCH_TRACE"]
         started = time.time() - (time.perf_counter() - t0)
         driver = _gd.Driver(config, gd_app.BenchThreeSteps, args.workflows) if drive else None
+        host0 = host_jiffies()
         try:
             if driver is not None:
                 driver.start()
             with waits or contextlib.nullcontext():
                 run = _gd.run_processes(engine, procs, args.workflows, started, t0)
+            host_cores = host_busy_cores(host0)
         finally:
             if driver is not None:
                 driver.join()
@@ -137,7 +143,10 @@ def one_mode(args: argparse.Namespace, server, processes: int) -> dict:  # type:
         "steps_per_s": round(steps / run.seconds, 1),
         "steps_per_s_by_rows": round(steps / _gd.busy_span(rows), 1),
         # Everything the database committed during the run (workers' claims, idle polls
-        # included; this script's own polls are read-only and roll back).
+        # included; this script's own polls are read-only and roll back). PostgreSQL also
+        # counts each listening worker's read of the notification queue as a commit: with
+        # --drive, one per start per worker process that is not durable (notifycost.py);
+        # wal_fsyncs_per_step is the durable side.
         "commits_per_step": round((after - before) / steps, 2) if dsn else None,
         "cpu_ms_per_step": round(cpu * 1000 / steps, 3),
         # The database server's side, same span (PostgreSQL: the whole server, other
@@ -147,6 +156,9 @@ def one_mode(args: argparse.Namespace, server, processes: int) -> dict:  # type:
         "wal_fsyncs_per_step": round(syncs / steps, 3) if syncs is not None else None,
         # What the server's client backends waited on while the workers ran (worker modes).
         "server_waits": waits.summary() if waits is not None and waits.samples else None,
+        # The host's cores busy on average while the workers ran: next to the CPU per step
+        # of the worker, the server and the driver, whether the machine was the limit.
+        "host_busy_cores": host_cores,
         "peak_rss_mb": round(rss, 1),
         "worker_processes": procs_info,
         # Next step's body start − previous body's end, as the step bodies saw it.
