@@ -116,6 +116,19 @@ def state_in_db(gd: Any, workflow_id: int) -> str:
         return str(s.execute(select(Workflow.state).where(Workflow.id == workflow_id)).scalar())
 
 
+def serve_dashboard(serve: Callable[[Any], str], gd: Any, *, refresh_seconds: float) -> str:
+    """The dashboard on the test's database and clock, open to everyone, acting as
+    "browser-test"; its base URL."""
+    app = create_app(
+        engine=gd.engine,
+        authorize=allow_everything,
+        actor=lambda request: "browser-test",
+        clock=gd.clock,
+        refresh_seconds=refresh_seconds,
+    )
+    return serve(app)
+
+
 def shoot(page: Any, db_backend: str, name: str) -> None:
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / f"{db_backend}-{name}.png"), full_page=True)
@@ -138,15 +151,7 @@ def test_an_operator_finds_a_failed_workflow_resumes_it_and_bulk_cancels_the_wai
     session.commit()
     for wf in more:
         perform_next_step(wf)
-    base = serve(
-        create_app(
-            engine=gd.engine,
-            authorize=allow_everything,
-            actor=lambda request: "browser-test",
-            clock=gd.clock,
-            refresh_seconds=0.3,
-        )
-    )
+    base = serve_dashboard(serve, gd, refresh_seconds=0.3)
     page = chromium.new_page(viewport={"width": 1100, "height": 900})
     errors: list[str] = []
     page.on("pageerror", lambda error: errors.append(str(error)))
@@ -243,15 +248,7 @@ def test_keyboard_focus_stays_on_the_same_control_across_live_refreshes(
     flake CI once showed in the operator test above, and what a screen-reader user would hit."""
     from playwright.sync_api import expect
 
-    base = serve(
-        create_app(
-            engine=gd.engine,
-            authorize=allow_everything,
-            actor=lambda request: "browser-test",
-            clock=gd.clock,
-            refresh_seconds=0.1,
-        )
-    )
+    base = serve_dashboard(serve, gd, refresh_seconds=0.1)
     page = chromium.new_page()
     page.goto(f"{base}/workflows/{scenario.failed}")
     page.evaluate(
