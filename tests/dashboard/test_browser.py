@@ -278,4 +278,18 @@ def test_keyboard_focus_stays_on_the_same_control_across_live_refreshes(
     href = hero.get_attribute("href")
     after_two_refreshes()
     assert page.evaluate("document.activeElement.getAttribute('href')") == href
+
+    # The focused action goes away (the workflow is canceled elsewhere): focus moves to the
+    # heading that says so, not to <body>.
+    page.locator("summary:has-text('Resume…')").focus()
+    with gd.session_factory()() as s:
+        s.get(Workflow, scenario.failed).cancel()
+        s.commit()
+    wait_until(
+        lambda: (
+            page.evaluate("document.querySelector('h1 [data-state]').textContent") == "canceled"
+        ),
+        "the page to show the cancel",
+    )
+    assert page.evaluate("document.activeElement.tagName") == "H1"
     page.close()

@@ -30,7 +30,16 @@
       var same = alike(live, key.sig);
       target = same[Math.min(key.nth, same.length - 1)] || null;
     }
-    if (target && live.contains(target)) target.focus();
+    if (!target || !live.contains(target)) {
+      // Gone with the refresh (the action no longer applies: the workflow finished, say).
+      // Focus the page's heading, which says what changed, rather than drop it to <body>,
+      // from where the next Tab starts at the top of the document.
+      target = live.querySelector("h1") || live;
+      if (!target.hasAttribute("tabindex")) target.setAttribute("tabindex", "-1");
+      target.focus({ preventScroll: true });
+      return;
+    }
+    target.focus();
   }
   function busy(live) {
     var active = document.activeElement;
