@@ -49,7 +49,7 @@ def one_phase(server, database: str, notifies: int, listening: bool) -> dict:  #
         listener.close()
         sender.close()
     time.sleep(0.5)  # the two backends exit and report their counters
-    # Two of the counted transactions are LISTEN and this script's own reads of the counter.
+    # The count includes the LISTEN and the counter's own reads: a few in thousands, left in.
     counted = commits(url, database) - before
     return {
         "bench": "notifycost",

@@ -25,21 +25,18 @@
     return { sig: sig, nth: alike(live, sig).indexOf(el) };
   }
   function refocus(live, key) {
-    var target = key.id ? document.getElementById(key.id) : null;
-    if (!key.id) {
-      var same = alike(live, key.sig);
-      target = same[Math.min(key.nth, same.length - 1)] || null;
-    }
-    if (!target || !live.contains(target)) {
-      // Gone with the refresh (the action no longer applies: the workflow finished, say).
-      // Focus the page's heading, which says what changed, rather than drop it to <body>,
-      // from where the next Tab starts at the top of the document.
-      target = live.querySelector("h1") || live;
-      if (!target.hasAttribute("tabindex")) target.setAttribute("tabindex", "-1");
-      target.focus({ preventScroll: true });
+    var same = key.id ? [document.getElementById(key.id)] : alike(live, key.sig);
+    var target = same[Math.min(key.nth || 0, same.length - 1)];
+    if (target && live.contains(target)) {
+      target.focus();
       return;
     }
-    target.focus();
+    // Gone with the refresh (the action no longer applies: the workflow finished, say). Focus
+    // the page's heading, which says what changed, rather than drop it to <body>, from where
+    // the next Tab starts at the top of the document.
+    var heading = live.querySelector("h1") || live;
+    if (!heading.hasAttribute("tabindex")) heading.setAttribute("tabindex", "-1");
+    heading.focus({ preventScroll: true });
   }
   function busy(live) {
     var active = document.activeElement;
