@@ -684,9 +684,11 @@ def _complete(
     phase 1 runs right here, under the lock this transaction holds, and one commit records
     this step's outcome and the next one's start; the caller runs it without a claim. When
     nothing can keep it from starting (no hero to check, no cancel_if, skip_if or signal
-    gate), it is inserted in progress at once. When the step finishes its workflow and
-    ``then_claim`` is given, the same transaction claims the next execution instead
-    (:func:`_claim_next`).
+    gate), it is inserted in progress at once — and when the body wrote nothing, the
+    completion and that start are the transaction's one statement, which PostgreSQL runs
+    as a transaction of its own (``queries.bypass.execute_alone``: one round trip, not
+    three). When the step finishes its workflow and ``then_claim`` is given, the same
+    transaction claims the next execution instead (:func:`_claim_next`).
     """
     workflow, execution = prepared.workflow, prepared.execution
     if session.is_modified(workflow, include_collections=False):
@@ -703,12 +705,23 @@ def _complete(
     check_step_transition(execution.state, plan.state)
     done = {**outcomes.ended_columns(plan, now), "updated_at": now}
     completer = writer.completer_for(session.get_bind().dialect)
+    # A step started directly is all that follows the completion in this transaction
+    # (nothing of the application's runs for it, see _started_directly): the completion may
+    # commit as it is written.
     wrote_workflow, wrote_execution, created = completer.complete(
-        session, workflow, after.navigation, as_started, execution, done, after.row
+        session,
+        workflow,
+        after.navigation,
+        as_started,
+        execution,
+        done,
+        after.row,
+        alone=after.direct,
     )
     if not wrote_workflow:
         return False, None
-    queries.remember_workflow_lock(session, workflow.id, workflow)
+    if not after.direct:  # committed already if it ran alone: no lock left to remember
+        queries.remember_workflow_lock(session, workflow.id, workflow)
     if not wrote_execution:
         # Someone took the row from us (lease recovery): our run is the duplicate.
         events.execution_logger(workflow, execution).warning(

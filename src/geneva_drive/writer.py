@@ -241,6 +241,9 @@ class Completer:
     changed it since phase 1), ``done`` to the execution only while it is still in progress,
     and ``following`` (a new execution's row) is inserted only if both were written. Returns
     (workflow written, execution written, the inserted execution).
+
+    ``alone``: the caller writes nothing more in this transaction, so the completion may be
+    committed as it is written, where the database can do that atomically (PostgreSQL).
     """
 
     def complete(
@@ -252,6 +255,8 @@ class Completer:
         execution: StepExecution,
         done: dict[str, Any],
         following: dict[str, Any] | None,
+        *,
+        alone: bool = False,
     ) -> tuple[bool, bool, StepExecution | None]:
         wrote_workflow = queries.write_through(session, workflow, navigation, expect=as_started)
         wrote_execution = wrote_workflow and queries.write_through(
@@ -280,6 +285,8 @@ class OneStatementCompleter(Completer):
         execution: StepExecution,
         done: dict[str, Any],
         following: dict[str, Any] | None,
+        *,
+        alone: bool = False,
     ) -> tuple[bool, bool, StepExecution | None]:
         started_or_none = following is None or following.get("state") == ExecutionState.IN_PROGRESS
         if (
@@ -291,7 +298,7 @@ class OneStatementCompleter(Completer):
                 session, workflow, navigation, as_started, execution, done, following
             )
         return queries.complete_in_one_statement(
-            session, workflow, navigation, as_started, execution, done, following
+            session, workflow, navigation, as_started, execution, done, following, alone=alone
         )
 
 

@@ -133,6 +133,47 @@ def execute_pipelined(
         raise _wrapped(connection, sql, (bound1, bound2), error, cursor) from error
 
 
+def execute_alone(connection: Connection, stmt: Any, params: dict[str, Any]) -> Any:
+    """:func:`execute_direct` of a statement that is its transaction's first and last: run
+    on its own, it is committed by the server as it ends.
+
+    psycopg begins a transaction with a BEGIN of its own, one round trip, before its first
+    statement, and ends it with a COMMIT, another. A transaction that holds one statement
+    needs neither: in autocommit mode the statement is the transaction, atomic by itself,
+    one round trip instead of three, and the caller's ``commit()`` then finds nothing left
+    to send. Taken only where this transaction has sent nothing yet (psycopg's connection
+    is idle) and would begin as the server's default would (no isolation level, read-only
+    or deferrable flag of the driver's own); otherwise, or on another driver, the statement
+    joins the transaction as :func:`execute_direct` runs it.
+
+    The caller promises that nothing after the statement writes in this transaction, and
+    must not count on a lock the statement took: it is released as the statement ends.
+    """
+    driver: Any = connection.connection.driver_connection
+    if not (connection.dialect.driver == "psycopg" and _idle_with_defaults(driver)):
+        return execute_direct(connection, stmt, params)
+    driver.autocommit = True
+    try:
+        return execute_direct(connection, stmt, params)
+    finally:
+        # A connection lost mid-statement is closed (and invalidated): nothing to restore.
+        if not driver.closed:
+            driver.autocommit = False
+
+
+def _idle_with_defaults(driver: Any) -> bool:
+    return bool(
+        driver.info.transaction_status == _PSYCOPG_IDLE
+        and not driver.autocommit
+        and driver.isolation_level is None
+        and driver.read_only is None
+        and driver.deferrable is None
+    )
+
+
+_PSYCOPG_IDLE = 0  # psycopg.pq.TransactionStatus.IDLE, without importing the driver here
+
+
 def _bound(plan: _Plan, params: dict[str, Any]) -> Any:
     processors = plan.processors
     if plan.defaults:

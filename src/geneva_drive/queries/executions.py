@@ -30,6 +30,7 @@ from ._sql import SWEEPABLE, in_state, workflow_model
 from .bypass import (
     as_inserted,
     connection_of,
+    execute_alone,
     execute_direct,
     mark_written,
     update_by_id,
@@ -86,6 +87,8 @@ def complete_in_one_statement(
     execution: StepExecution,
     done: dict[str, Any],
     following: dict[str, Any] | None,
+    *,
+    alone: bool = False,
 ) -> tuple[bool, bool, StepExecution | None]:
     """Phase 3's three writes as one PostgreSQL statement: (workflow written, execution
     written, the following execution inserted).
@@ -95,6 +98,16 @@ def complete_in_one_statement(
     guarded writes, in the same order, as :func:`write_through` twice and
     :func:`insert_execution` — each runs only if the one before it wrote — in one round trip
     instead of three. Nothing pending on either instance (the caller checks).
+
+    The workflow is written only while the execution is still in progress, and that row is
+    locked (``FOR SHARE``) as the workflow's guard reads it: nobody can take the execution
+    between the two writes, so the statement writes all three or nothing. Which is what lets
+    it run as a transaction of its own (``alone``, :func:`execute_alone`) when the step's
+    transaction has nothing else in it: no partial outcome can be committed. (The shared
+    lock comes before the workflow row's, against the lock order of ``queries``: a recovery
+    that locked the workflow and waits for the execution can deadlock with it, which the
+    database breaks and the executor treats as transient. Only a run whose execution is
+    being taken from it can meet one.)
     """
     workflow_mapper = type(workflow).__mapper__
     stmt = _complete_stmt(
@@ -112,7 +125,8 @@ def complete_in_one_statement(
     if following is not None:
         row = _execution_row(following)
         params.update({f"n_{key}": value for key, value in row.items()})
-    w, e, n = execute_direct(connection_of(session), stmt, params)
+    run = execute_alone if alone else execute_direct
+    w, e, n = run(connection_of(session), stmt, params)
     if w:
         mark_written(session, workflow, navigation)
     if e:
@@ -133,8 +147,15 @@ def _complete_stmt(
     insert: bool,
 ) -> Any:
     executions: Any = StepExecution.__table__
+    still_ours = (
+        select(executions.c.id)
+        .where(executions.c.id == bindparam("x_pk"), executions.c.state == bindparam("x_e_state"))
+        .with_for_update(read=True)
+        .exists()
+    )
     w = (
         update_by_id(workflow_mapper, navigation, as_started, "w_")
+        .where(still_ours)
         .returning(workflow_mapper.local_table.c.id)
         .cte("w")
     )
