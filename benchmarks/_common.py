@@ -104,21 +104,36 @@ def machine() -> dict[str, Any]:
     }
 
 
-def host_jiffies() -> tuple[int, int]:
-    """The whole host's (busy, total) CPU time in clock ticks so far, from /proc/stat."""
+def host_jiffies() -> tuple[int, int, int]:
+    """The whole host's (busy, total, stolen) CPU time in clock ticks so far, from /proc/stat.
+
+    Stolen: time this virtual machine's cores were ready to run but the hypervisor ran
+    someone else's (``steal``). It is not this machine's work, so it is not counted busy.
+    """
     fields = [int(f) for f in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
     idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    stolen = fields[7] if len(fields) > 7 else 0
     total = sum(fields[:8])  # guest time is already counted in user
-    return total - idle, total
+    return total - idle - stolen, total, stolen
 
 
-def host_busy_cores(since: tuple[int, int]) -> float:
-    """How many of the host's cores were busy, on average, since ``host_jiffies()`` said
-    ``since``: every process's CPU, the database's and this script's included. Next to the
-    CPU per step of each process, it says whether a run was limited by the machine."""
-    busy, total = host_jiffies()
-    share = (busy - since[0]) / max(total - since[1], 1)
-    return round(share * (os.cpu_count() or 1), 2)
+def host_cores(since: tuple[int, int, int]) -> dict[str, float]:
+    """How many of the host's cores were busy, and how many stolen, on average, since
+    ``host_jiffies()`` said ``since``.
+
+    Busy: every process's CPU, the database's and this script's included. Next to the CPU per
+    step of each process, it says whether a run was limited by the machine. Stolen: on this
+    shared virtual machine, a round in which the hypervisor took a tenth of a core or more
+    runs measurably slower than its neighbours (seen here: 0.3 of a core stolen halved a
+    round's steps/s); compare rounds with little of it.
+    """
+    busy, total, stolen = host_jiffies()
+    elapsed = max(total - since[1], 1)
+    cores = os.cpu_count() or 1
+    return {
+        "host_busy_cores": round((busy - since[0]) / elapsed * cores, 2),
+        "host_stolen_cores": round((stolen - since[2]) / elapsed * cores, 2),
+    }
 
 
 # -- processes ---------------------------------------------------------------------------------

@@ -31,7 +31,7 @@ from _common import (
     WaitSampler,
     commits,
     emit,
-    host_busy_cores,
+    host_cores,
     host_jiffies,
     log,
     machine,
@@ -78,7 +78,7 @@ def one_mode(args: argparse.Namespace, server, processes: int) -> dict:  # type:
             raise SystemExit("--drive runs worker processes: pass --processes 1 (or more)")
         host0 = host_jiffies()
         run = _gd.run_in_process(config, args.workflows, args.concurrency)
-        host_cores = host_busy_cores(host0)
+        host = host_cores(host0)
         trace = list(gd_app.TRACE)
         cpu = self_gauges()["cpu_s"] - cpu0
         rss = self_gauges()["peak_rss_mb"]
@@ -98,7 +98,7 @@ def one_mode(args: argparse.Namespace, server, processes: int) -> dict:  # type:
                 driver.start()
             with waits or contextlib.nullcontext():
                 run = _gd.run_processes(engine, procs, args.workflows, started, t0)
-            host_cores = host_busy_cores(host0)
+            host = host_cores(host0)
         finally:
             if driver is not None:
                 driver.join()
@@ -158,7 +158,7 @@ def one_mode(args: argparse.Namespace, server, processes: int) -> dict:  # type:
         "server_waits": waits.summary() if waits is not None and waits.samples else None,
         # The host's cores busy on average while the workers ran: next to the CPU per step
         # of the worker, the server and the driver, whether the machine was the limit.
-        "host_busy_cores": host_cores,
+        **host,
         "peak_rss_mb": round(rss, 1),
         "worker_processes": procs_info,
         # Next step's body start − previous body's end, as the step bodies saw it.

@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _common import commits, emit, host_busy_cores, host_jiffies, self_gauges
+from _common import commits, emit, host_cores, host_jiffies, self_gauges
 from sqlalchemy import create_engine, text
 
 SCHEMA = """
@@ -108,7 +108,7 @@ def main() -> None:
     while finished[0] < args.workflows and time.perf_counter() < deadline:
         time.sleep(0.02)
     seconds = time.perf_counter() - t0
-    host_cores = host_busy_cores(host0)
+    host = host_cores(host0)
     stop.set()
     for thread in threads:
         thread.join(10)
@@ -129,7 +129,7 @@ def main() -> None:
         commits_per_step=round((after - before) / max(steps, 1), 2),
         # The whole process: the driver thread too in throughput mode.
         cpu_ms_per_step=round(cpu * 1000 / max(steps, 1), 3),
-        host_busy_cores=host_cores,
+        **host,
         peak_rss_mb=round(self_gauges()["peak_rss_mb"], 1),
         config=f"{args.threads} threads, one process, 10 ms idle poll, two commits per step",
     )
