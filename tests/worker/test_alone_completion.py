@@ -10,6 +10,7 @@ in progress, with that row locked as the guard reads it.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,12 +19,14 @@ from typing import Any
 import psycopg
 import pytest
 from sqlalchemy import Engine, event, select, text
+from sqlalchemy.exc import OperationalError
 
 from geneva_drive import DatabaseBackend, Workflow, step
 from geneva_drive.config import configured
 from geneva_drive.executor import RunOptions, claim_and_run
 from geneva_drive.models import StepExecution
-from tests.engine._support import reload
+from tests.engine._support import history, reload
+from tests.worker._support import wait_until_true
 from tests.worker.apps import WorkerScaleThreeSteps
 
 CHAINED = RunOptions(worker_id="test", chain=lambda queue: True)
@@ -153,3 +156,92 @@ def test_a_completion_whose_execution_was_taken_commits_nothing(gd, session):
             StepExecution.workflow_id == wf.id
         )
     ).all() == [("one", "recovered")]
+
+
+class Taker(threading.Thread):
+    """What a recovery does, at the worst moment: lock the workflow row, wait until the
+    completion statement waits for it (holding its shared lock on the execution), then lock
+    the execution — the cycle the statement's guard can close, against the lock order."""
+
+    def __init__(self, engine: Engine, workflow_id: int) -> None:
+        super().__init__(name="taker", daemon=True)
+        self.engine, self.workflow_id = engine, workflow_id
+        self.locked = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            with self.engine.connect() as conn, conn.begin():
+                # The completion's deadlock check (the default 1 s) runs first and breaks it.
+                conn.execute(text("SET LOCAL deadlock_timeout = '60s'"))
+                conn.execute(
+                    text("SELECT 1 FROM geneva_drive_workflows WHERE id = :id FOR UPDATE"),
+                    {"id": self.workflow_id},
+                )
+                self.locked.set()
+                wait_until_true(lambda: _someone_waits_for_a_lock(self.engine), "the completion")
+                conn.execute(
+                    text(
+                        "SELECT 1 FROM geneva_drive_step_executions "
+                        "WHERE workflow_id = :id AND state = 'in_progress' FOR UPDATE"
+                    ),
+                    {"id": self.workflow_id},
+                )
+        except BaseException as error:  # reported by the test
+            self.error = error
+
+
+def _someone_waits_for_a_lock(engine: Engine) -> bool:
+    with engine.connect() as conn:
+        waiting = conn.execute(
+            text(
+                "SELECT count(*) FROM pg_stat_activity "
+                "WHERE wait_event_type = 'Lock' AND datname = current_database()"
+            )
+        ).scalar_one()
+    return bool(waiting)
+
+
+_TAKERS: list[Taker] = []
+
+
+class RacedByATaker(Workflow):
+    may_proceed_without_hero = True
+
+    @step
+    def one(self) -> None:
+        engine = self.session.get_bind()
+        assert isinstance(engine, Engine)
+        taker = Taker(engine, self.id)
+        _TAKERS.append(taker)
+        taker.start()
+        assert taker.locked.wait(30)
+
+    @step
+    def two(self) -> None:
+        pass
+
+
+def test_a_deadlock_with_a_taker_is_transient_and_leaves_the_connection_as_it_was(gd, session):
+    _TAKERS.clear()
+    wf = RacedByATaker.create(session)
+    session.commit()
+
+    with pytest.raises(OperationalError, match="deadlock"):
+        claim_and_run(None, CHAINED, gd)
+    _TAKERS[0].join(30)
+
+    assert _TAKERS[0].error is None
+    # Nothing of the completion was committed; the hand-back ran once the taker let go.
+    assert history(session, wf) == [("one", "completed", "recovered"), ("one", "scheduled", None)]
+    reload(session, wf)
+    assert (wf.state, wf.current_step_name) == ("ready", None)
+    # The held connection went back to the pool out of autocommit mode: a transaction on it
+    # is a transaction again.
+    pooled = [gd.engine.connect() for _ in range(gd.engine.pool.checkedin())]
+    try:
+        assert pooled
+        assert [c.connection.driver_connection.autocommit for c in pooled] == [False] * len(pooled)
+    finally:
+        for conn in pooled:
+            conn.close()
