@@ -7,14 +7,14 @@ import threading
 from collections import Counter
 
 import pytest
-from sqlalchemy import func, select, text
+from sqlalchemy import func, select
 
 from geneva_drive import Signal, StepExecution, Workflow, step
 from geneva_drive.testing import perform_next_step
 from geneva_drive.worker import Worker
 from tests.signals._support import signals_of
 from tests.support.app import AuditEntry, Order
-from tests.worker._support import wait_until_true
+from tests.worker._support import someone_waits_for_a_lock, wait_until_true
 
 EVENTS = 4
 COPIES = 3  # each event is delivered this many times (same idempotency key)
@@ -156,7 +156,7 @@ def test_a_signal_waiting_for_the_lock_sees_what_its_holder_committed(gd, sessio
         sender = threading.Thread(target=second_sender)
         sender.start()
         wait_until_true(
-            lambda: _waiting_for_a_lock(session), "the second sender to wait for the lock"
+            lambda: someone_waits_for_a_lock(gd.engine), "the second sender to wait for the lock"
         )
         holder.commit()
     sender.join(timeout=60)
@@ -174,14 +174,3 @@ def test_a_signal_waiting_for_the_lock_sees_what_its_holder_committed(gd, sessio
         )
     ).all()
     assert woken == [(first_id,)]
-
-
-def _waiting_for_a_lock(session) -> bool:
-    waiting = session.execute(
-        text(
-            "SELECT count(*) FROM pg_stat_activity "
-            "WHERE wait_event_type = 'Lock' AND datname = current_database()"
-        )
-    ).scalar_one()
-    session.rollback()
-    return bool(waiting)

@@ -8,7 +8,7 @@ from datetime import timedelta
 from typing import Any, cast
 
 import pytest
-from sqlalchemy import Table, select
+from sqlalchemy import Engine, Table, select, text
 from sqlalchemy.orm import Session
 
 from geneva_drive import StepExecution, Workflow
@@ -87,3 +87,15 @@ def finished(gd: Any, workflow_id: int) -> Callable[[], bool]:
             return bool(s.get(Workflow, workflow_id).state == "finished")
 
     return check
+
+
+def someone_waits_for_a_lock(engine: Engine) -> bool:
+    """Whether a backend of this database is waiting for a lock (PostgreSQL)."""
+    with engine.connect() as conn:
+        waiting = conn.execute(
+            text(
+                "SELECT count(*) FROM pg_stat_activity "
+                "WHERE wait_event_type = 'Lock' AND datname = current_database()"
+            )
+        ).scalar_one()
+    return bool(waiting)

@@ -26,7 +26,7 @@ from geneva_drive.config import configured
 from geneva_drive.executor import RunOptions, claim_and_run
 from geneva_drive.models import StepExecution
 from tests.engine._support import history, reload
-from tests.worker._support import wait_until_true
+from tests.worker._support import someone_waits_for_a_lock, wait_until_true
 from tests.worker.apps import WorkerScaleThreeSteps
 
 CHAINED = RunOptions(worker_id="test", chain=lambda queue: True)
@@ -179,7 +179,7 @@ class Taker(threading.Thread):
                     {"id": self.workflow_id},
                 )
                 self.locked.set()
-                wait_until_true(lambda: _someone_waits_for_a_lock(self.engine), "the completion")
+                wait_until_true(lambda: someone_waits_for_a_lock(self.engine), "the completion")
                 conn.execute(
                     text(
                         "SELECT 1 FROM geneva_drive_step_executions "
@@ -189,17 +189,6 @@ class Taker(threading.Thread):
                 )
         except BaseException as error:  # reported by the test
             self.error = error
-
-
-def _someone_waits_for_a_lock(engine: Engine) -> bool:
-    with engine.connect() as conn:
-        waiting = conn.execute(
-            text(
-                "SELECT count(*) FROM pg_stat_activity "
-                "WHERE wait_event_type = 'Lock' AND datname = current_database()"
-            )
-        ).scalar_one()
-    return bool(waiting)
 
 
 _TAKERS: list[Taker] = []
