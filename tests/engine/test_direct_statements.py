@@ -11,8 +11,8 @@ import logging
 from typing import Any
 
 import pytest
+from sqlalchemy import Integer, bindparam, literal_column, select, text, update
 from sqlalchemy import inspect as sa_inspect
-from sqlalchemy import text, update
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
@@ -183,6 +183,33 @@ def test_statements_with_expanding_parameters_take_sqlalchemys_path(gd, session)
     assert bypass.execute_direct(session.connection(), stmt, {}) == 1
     session.commit()
     assert executions(session, wf)[0].priority == 7
+
+
+def _many_parameters() -> Any:
+    """A statement of 60 parameters, one of them bound twice, with a literal ``%``: more
+    than psycopg keeps the parsing of (50), so it is sent with numbered placeholders."""
+    values = [bindparam(f"p{i}", type_=Integer) for i in range(60)]
+    return select(*values, values[0] + 1, literal_column("'100%'"))
+
+
+def test_a_statement_psycopg_would_parse_at_every_execution_is_sent_numbered(gd, session):
+    stmt = _many_parameters()
+    plan = bypass._plan(stmt, gd.engine.dialect)
+    assert plan is not None
+    # Only where psycopg would parse it every time: elsewhere its own cache is as cheap.
+    assert plan.raw is (gd.engine.dialect.driver == "psycopg")
+    assert bypass._plan(_update_shape("priority", "updated_at"), gd.engine.dialect).raw is False
+
+    row = bypass.execute_direct(session.connection(), stmt, {f"p{i}": i * 10 for i in range(60)})
+
+    assert row == (*[i * 10 for i in range(60)], 1, "100%")
+
+
+def test_numbered_placeholders_keep_one_number_per_name_and_unescape_percent_signs():
+    sql, names = bypass._numbered("SELECT %(a)s, %(b)s::INT, %(a)s, '5%%' WHERE x LIKE 'y%%'")
+
+    assert sql == "SELECT $1, $2::INT, $1, '5%' WHERE x LIKE 'y%'"
+    assert names == ("a", "b")
 
 
 @pytest.mark.parametrize("undo", ["savepoint", "transaction"])

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -79,6 +80,9 @@ class _Plan(NamedTuple):
     returns_rows: bool
     # Per column of the rows it returns: the type's result processor, if any has one.
     row_processors: tuple[Callable[[Any], Any] | None, ...] | None
+    # Numbered placeholders for psycopg's RawCursor (see _numbered); ``positions`` has
+    # the parameters in their numbers' order.
+    raw: bool = False
 
 
 def execute_direct(connection: Connection, stmt: Any, params: dict[str, Any]) -> Any:
@@ -96,7 +100,7 @@ def execute_direct(connection: Connection, stmt: Any, params: dict[str, Any]) ->
     cursor = None
     try:
         # Inside: making the cursor is where a connection found closed fails first.
-        cursor = _cursor(connection)
+        cursor = _cursor(connection, raw=plan.raw)
         cursor.execute(plan.sql, bound)
         return _result(plan, cursor)
     except connection.dialect.loaded_dbapi.Error as error:
@@ -123,7 +127,8 @@ def execute_pipelined(
     bound1, bound2 = _bound(plan1, first[1]), _bound(plan2, then[1])
     cursor = None
     try:
-        cursor, second = _cursor(connection), _cursor(connection, _SECOND_CURSOR)
+        cursor = _cursor(connection, raw=plan1.raw)
+        second = _cursor(connection, _SECOND_CURSOR, raw=plan2.raw)
         with driver.pipeline():
             cursor.execute(plan1.sql, bound1)
             second.execute(plan2.sql, bound2)
@@ -159,6 +164,15 @@ def execute_alone(connection: Connection, stmt: Any, params: dict[str, Any]) -> 
         # A connection lost mid-statement is closed (and invalidated): nothing to restore.
         if not driver.closed:
             driver.autocommit = False
+
+
+def driver_in_transaction(connection: Connection) -> bool:
+    """Whether the driver has begun a transaction on ``connection`` (psycopg; any other
+    driver is taken to have: a statement of :func:`execute_alone` is then not committed)."""
+    driver: Any = connection.connection.driver_connection
+    if connection.dialect.driver != "psycopg":
+        return True
+    return bool(driver.info.transaction_status != _PSYCOPG_IDLE)
 
 
 def _idle_with_defaults(driver: Any) -> bool:
@@ -206,7 +220,7 @@ _CURSOR = "geneva_drive_direct_cursor"
 _SECOND_CURSOR = "geneva_drive_direct_cursor_2"  # a pipeline's second statement's
 
 
-def _cursor(connection: Connection, key: str = _CURSOR) -> Any:
+def _cursor(connection: Connection, key: str = _CURSOR, *, raw: bool = False) -> Any:
     """One cursor per DBAPI connection, kept for its lifetime.
 
     Not only to save creating one: psycopg caches the adapter it found for each parameter
@@ -215,13 +229,20 @@ def _cursor(connection: Connection, key: str = _CURSOR) -> Any:
     """
     fairy = connection.connection
     dbapi_connection = fairy.dbapi_connection
+    key = f"{key}_raw" if raw else key
     kept = fairy.info.get(key)
     if kept is not None and kept[0] is dbapi_connection:  # not a reconnected record
         return kept[1]
     assert dbapi_connection is not None  # the connection of a begun transaction
-    cursor = dbapi_connection.cursor()
+    cursor = _raw_cursor(dbapi_connection) if raw else dbapi_connection.cursor()
     fairy.info[key] = (dbapi_connection, cursor)
     return cursor
+
+
+def _raw_cursor(dbapi_connection: Any) -> Any:
+    from psycopg import RawCursor  # psycopg is optional: only a psycopg plan is raw
+
+    return RawCursor(dbapi_connection)
 
 
 def _unobserved(connection: Connection) -> bool:
@@ -256,19 +277,57 @@ def _plan(stmt: Any, dialect: Dialect) -> _Plan | None:
         processor = bind.type.dialect_impl(dialect).bind_processor(dialect)
         if processor is not None:
             processors[name] = processor
+    sql, raw = compiled.string, _parsed_every_time(compiled, dialect)
     positions = tuple(compiled.positiontup) if compiled.positional else None
+    if raw:
+        sql, positions = _numbered(sql)
     columns = stmt.selected_columns if stmt.is_select else compiled.effective_returning or ()
     row_processors = tuple(
         column.type.dialect_impl(dialect).result_processor(dialect, None) for column in columns
     )
     return _Plan(
-        compiled.string,
+        sql,
         positions,
         processors,
         defaults,
         bool(columns),
         row_processors if any(row_processors) else None,
+        raw,
     )
+
+
+def _parsed_every_time(compiled: Any, dialect: Dialect) -> bool:
+    """Whether psycopg would parse this statement's text at every ``execute()``: it keeps
+    what it parsed only for a text of at most 4,096 characters with at most 50 parameters
+    (``psycopg._queries.MAX_CACHED_STATEMENT_LENGTH`` and ``…_PARAMS``)."""
+    return (
+        dialect.driver == "psycopg"
+        and not compiled.positional
+        and (len(compiled.string.encode()) > 4096 or len(compiled.bind_names) > 50)
+    )
+
+
+_PYFORMAT = re.compile(r"%%|%\(([^)]+)\)s")
+
+
+def _numbered(sql: str) -> tuple[str, tuple[str, ...]]:
+    """``%(name)s`` placeholders as PostgreSQL's own ``$1``, ``$2``… (a name used twice keeps
+    its number), ``%%`` as ``%``: the text psycopg's ``RawCursor`` sends as it is. The names in
+    the order of their numbers.
+
+    For a statement psycopg would otherwise parse for its placeholders at every
+    ``execute()`` (:func:`_parsed_every_time`): done here once instead. (For a shorter one
+    psycopg's own cache is as cheap: the raw cursor measured no gain there.)
+    """
+    numbers: dict[str, int] = {}
+
+    def number(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name is None:
+            return "%"
+        return f"${numbers.setdefault(name, len(numbers) + 1)}"
+
+    return _PYFORMAT.sub(number, sql), tuple(numbers)
 
 
 def _wrapped(connection: Connection, sql: str, params: Any, error: Any, cursor: Any) -> Exception:
