@@ -14,6 +14,7 @@ the second run finds the row no longer ``scheduled`` and does nothing.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -33,6 +34,7 @@ from .housekeeping import recover_execution
 from .iteration import run_resumable
 from .models import StepExecution
 from .policy import Decision, resolve
+from .queries._sql import workflow_model
 from .queries.bypass import (
     begin_on_held_connection,
     connection_of,
@@ -705,22 +707,31 @@ def _complete(
     check_step_transition(execution.state, plan.state)
     done = {**outcomes.ended_columns(plan, now), "updated_at": now}
     completer = writer.completer_for(session.get_bind().dialect)
-    # A step started directly is all that follows the completion in this transaction
-    # (nothing of the application's runs for it, see _started_directly): the completion may
-    # commit as it is written.
-    wrote_workflow, wrote_execution, created = completer.complete(
-        session,
-        workflow,
-        after.navigation,
-        as_started,
-        execution,
-        done,
-        after.row,
-        alone=after.direct,
-    )
+    handover = None
+    if after.step is None and then_claim is not None:
+        handover = _hand_over(
+            session, completer, prepared, after, as_started, done, then_claim, options, now
+        )
+    if handover is not None:
+        wrote_workflow, wrote_execution = handover.wrote_workflow, handover.wrote_execution
+        created = None
+    else:
+        # A step started directly is all that follows the completion in this transaction
+        # (nothing of the application's runs for it, see _started_directly): the
+        # completion may commit as it is written.
+        wrote_workflow, wrote_execution, created = completer.complete(
+            session,
+            workflow,
+            after.navigation,
+            as_started,
+            execution,
+            done,
+            after.row,
+            alone=after.direct,
+        )
     if not wrote_workflow:
         return False, None
-    if not after.direct:  # committed already if it ran alone: no lock left to remember
+    if not after.direct and handover is None:  # no lock left to remember if it ran alone
         queries.remember_workflow_lock(session, workflow.id, workflow)
     if not wrote_execution:
         # Someone took the row from us (lease recovery): our run is the duplicate.
@@ -733,6 +744,13 @@ def _complete(
     chained = None
     if created is not None and after.step is not None:
         chained = _hand_on(session, workflow, created, after, options, now)
+    elif handover is not None:
+        chained = _claimed_directly(handover)
+        if chained is None and handover.claimed and not handover.committed:
+            assert then_claim is not None  # a handover claims within it
+            # It claimed a step it could not start, and this transaction still holds the
+            # lock: the claim finds that row again first, and phase 1 runs on it here.
+            chained = _claim_next(session, then_claim, options, config, now)
     elif after.step is None and then_claim is not None:
         chained = _claim_next(session, then_claim, options, config, now)
     payload["workflow_state"] = workflow.state
@@ -771,7 +789,7 @@ def _after_completion(workflow: Workflow, options: RunOptions, now: datetime) ->
     job_options = workflow.merged_job_options(following)
     queue = str(job_options.get("queue") or "default")
     chain = options.chain is not None and not following.wait_delta and options.chain(queue)
-    direct = chain and _nothing_to_check(workflow, following)
+    direct = chain and _nothing_to_check(type(workflow), following)
     navigation = {
         "state": WorkflowState.PERFORMING if direct else WorkflowState.READY,
         "current_step_name": following.name if direct else None,
@@ -808,18 +826,14 @@ def _hand_on(
     return None
 
 
-def _nothing_to_check(workflow: Workflow, step_def: StepDefinition) -> bool:
+def _nothing_to_check(cls: type[Workflow], step_def: StepDefinition) -> bool:
     """Whether phase 1 of ``step_def`` is certain to start it: no guard could decide otherwise."""
-    return type(workflow).may_proceed_without_hero and _no_preconditions(workflow, step_def)
+    return cls.may_proceed_without_hero and _no_preconditions(cls, step_def)
 
 
-def _no_preconditions(workflow: Workflow, step_def: StepDefinition) -> bool:
+def _no_preconditions(cls: type[Workflow], step_def: StepDefinition) -> bool:
     """No cancel_if, skip_if or signal gate: nothing of the application's runs in phase 1."""
-    return (
-        not type(workflow)._cancel_conditions
-        and step_def.skip_if is None
-        and not step_def.waits_for_signal
-    )
+    return not cls._cancel_conditions and step_def.skip_if is None and not step_def.waits_for_signal
 
 
 def _started_directly(
@@ -830,6 +844,60 @@ def _started_directly(
     with events.instrument("precondition", payload):
         payload["outcome"] = "passed"
     return Prepared(workflow, execution, step_def, None)
+
+
+def _hand_over(
+    session: Session,
+    completer: writer.Completer,
+    prepared: Prepared,
+    after: _AfterCompletion,
+    as_started: dict[str, Any],
+    done: dict[str, Any],
+    scope: ClaimScope,
+    options: RunOptions,
+    now: datetime,
+) -> queries.Handover | None:
+    """A workflow's last completion, the next claim and, when phase 1 is certain to start
+    the claimed step, its start: one statement (``queries.handover``), where the completer
+    can send it. None, having written nothing, otherwise: the caller completes, then
+    :func:`_claim_next` claims in the same transaction.
+
+    Only within a worker's scope (the classes it has loaded): the steps it may start so are
+    worked out from those classes.
+
+    Whether the statement runs as a transaction of its own is a guess at what it will
+    claim. Alone, it costs one round trip instead of three — but the lock on a row it could
+    not start goes with it, and an ordinary claim must take that row again in a transaction
+    of its own. So it runs alone after a workflow whose own class starts directly: a backlog
+    tends to hold many workflows of one class, and after one of them the next is likely
+    such a step. After any other, the transaction goes on, and a row it claimed but could
+    not start is run from there (the caller).
+    """
+    if not scope.loaded_only or (options.should_exit is not None and options.should_exit()):
+        return None
+    direct = _direct_steps(scope)
+    if not direct[0]:
+        return None
+    cls = type(prepared.workflow)
+    return completer.finish_and_start_next(
+        session,
+        prepared.workflow,
+        after.navigation,
+        as_started,
+        prepared.execution,
+        done,
+        scope=scope,
+        now=now,
+        started=writer.lease_columns(now, options.worker_id, options.lease),
+        direct=direct,
+        alone=_starts_directly(cls),
+    )
+
+
+def _starts_directly(cls: type[Workflow]) -> bool:
+    """Whether phase 1 is certain to start the first step of ``cls``."""
+    runnable = cls.steps.runnable()
+    return bool(runnable) and _nothing_to_check(cls, runnable[0])
 
 
 def _claim_next(
@@ -863,6 +931,40 @@ def _claim_next(
     return started
 
 
+def _claimed_directly(handover: queries.Handover) -> Prepared | None:
+    """The step :func:`_hand_over` claimed and started, to run here next."""
+    if handover.started is None:
+        return None
+    workflow, execution = handover.started
+    step_def = type(workflow).steps.named(execution.step_name)
+    assert step_def is not None  # one of the direct steps of its class
+    started = _started_directly(workflow, execution, step_def)
+    started.claimed = True
+    return started
+
+
+def _direct_steps(scope: ClaimScope) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(workflow types, step names), pairwise: every step of a class in ``scope`` whose
+    phase 1 is certain to start it (see :func:`_nothing_to_check`)."""
+    classes = workflow_model().__mapper__.polymorphic_map
+    return _direct_pairs(
+        tuple((name, classes[name].class_) for name in scope.workflow_types if name in classes)
+    )
+
+
+@functools.lru_cache(maxsize=64)
+def _direct_pairs(
+    classes: tuple[tuple[str, type[Workflow]], ...],
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    pairs = [
+        (name, str(step_def.name))
+        for name, cls in classes
+        for step_def in cls.steps.runnable()
+        if _nothing_to_check(cls, step_def)
+    ]
+    return tuple(name for name, _ in pairs), tuple(step for _, step in pairs)
+
+
 def _start_chained(
     session: Session,
     workflow: Workflow,
@@ -892,7 +994,7 @@ def _start_chained(
         except STEP_ERRORS as error:
             _leave_scheduled(session, workflow, execution, step_def, error)
             return None
-    if _no_preconditions(workflow, step_def):
+    if _no_preconditions(cls, step_def):
         started = _guards_and_start(session, workflow, execution, options, now)
         return started if isinstance(started, Prepared) else None
     try:

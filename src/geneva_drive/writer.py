@@ -35,6 +35,7 @@ from .states import (
 if TYPE_CHECKING:
     from sqlalchemy.engine import Dialect
 
+    from .queries.claims import ClaimScope
     from .steps import StepDefinition
     from .workflow import Workflow
 
@@ -267,6 +268,27 @@ class Completer:
             created = queries.insert_execution(session, following)
         return wrote_workflow, wrote_execution, created
 
+    def finish_and_start_next(
+        self,
+        session: Session,
+        workflow: Workflow,
+        navigation: dict[str, Any],
+        as_started: dict[str, Any],
+        execution: StepExecution,
+        done: dict[str, Any],
+        *,
+        scope: ClaimScope,
+        now: datetime,
+        started: dict[str, Any],
+        direct: tuple[tuple[str, ...], tuple[str, ...]],
+        alone: bool,
+    ) -> queries.Handover | None:
+        """The completion of a workflow's last step, the claim of the next due execution in
+        ``scope`` and, for a step of ``direct``, its start, in one statement that may commit
+        as it is written (``alone``, ``queries.handover``). None, having written nothing,
+        where that cannot be done: the caller completes and claims as usual."""
+        return None
+
 
 class OneStatementCompleter(Completer):
     """PostgreSQL: the same three guarded writes as one statement (data-modifying CTEs).
@@ -299,6 +321,41 @@ class OneStatementCompleter(Completer):
             )
         return queries.complete_in_one_statement(
             session, workflow, navigation, as_started, execution, done, following, alone=alone
+        )
+
+    def finish_and_start_next(
+        self,
+        session: Session,
+        workflow: Workflow,
+        navigation: dict[str, Any],
+        as_started: dict[str, Any],
+        execution: StepExecution,
+        done: dict[str, Any],
+        *,
+        scope: ClaimScope,
+        now: datetime,
+        started: dict[str, Any],
+        direct: tuple[tuple[str, ...], tuple[str, ...]],
+        alone: bool,
+    ) -> queries.Handover | None:
+        if execution.signal_id is not None or session.is_modified(
+            execution, include_collections=False
+        ):
+            return None
+        check_step_transition(ExecutionState.SCHEDULED, ExecutionState.IN_PROGRESS)
+        check_workflow_transition(WorkflowState.READY, WorkflowState.PERFORMING)
+        return queries.finish_and_start_next(
+            session,
+            workflow,
+            navigation,
+            as_started,
+            execution,
+            done,
+            scope=scope,
+            now=now,
+            started={**started, "updated_at": now},
+            direct=direct,
+            alone=alone,
         )
 
 

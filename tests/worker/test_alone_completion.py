@@ -65,7 +65,7 @@ def protocol_trace(engine: Engine, path: Path) -> Iterator[None]:
         out.close()
 
 
-def _sent(trace: Path, command: str) -> int:
+def sent(trace: Path, command: str) -> int:
     """How many messages from the client (F: the frontend) began with ``command``."""
     return sum(
         1
@@ -86,8 +86,8 @@ def test_a_direct_successors_start_rides_in_a_transaction_of_one_statement(gd, s
     # Four transactions: the claim with step one's start, one's completion with two's start,
     # two's with three's, three's (finishing the workflow). The middle two are statements of
     # their own; psycopg began and committed only the first and the last.
-    assert _sent(trace, "BEGIN") == 2
-    assert _sent(trace, "COMMIT") == 2
+    assert sent(trace, "BEGIN") == 2
+    assert sent(trace, "COMMIT") == 2
     rows = session.execute(
         select(StepExecution.step_name, StepExecution.state)
         .where(StepExecution.workflow_id == wf.id)
@@ -112,8 +112,8 @@ def test_an_engine_set_to_another_isolation_level_keeps_the_ordinary_transaction
 
     assert reload(session, wf).state == "finished"
     # Run alone, the completions would run at the server's default level instead.
-    assert _sent(trace, "BEGIN ISOLATION LEVEL REPEATABLE READ") == 4
-    assert _sent(trace, "COMMIT") == 4
+    assert sent(trace, "BEGIN ISOLATION LEVEL REPEATABLE READ") == 4
+    assert sent(trace, "COMMIT") == 4
 
 
 class TakenFromItself(Workflow):

@@ -38,6 +38,14 @@ class ClaimedCancelIfBlowsUpOnce(WorkerScaleThreeSteps):
         return False
 
 
+class ChecksBeforeEachStep(WorkerScaleThreeSteps):
+    """A ``cancel_if`` runs before each of its steps: on PostgreSQL, the transaction that
+    finishes it goes on after the claim (see executor._hand_over), as everywhere else."""
+
+    def cancel_if(self) -> bool:
+        return False
+
+
 class FinishLooksAtTheNext(Workflow):
     """Its last step loads another workflow's rows into the step's session (and keeps them)."""
 
@@ -112,7 +120,7 @@ def test_a_stopping_worker_claims_nothing_when_a_workflow_finishes(gd, session, 
 
 def test_an_error_in_the_claimed_steps_phase_one_keeps_the_finished_workflow(gd, session, clock):
     ClaimedCancelIfBlowsUpOnce.raised.clear()
-    first = WorkerScaleThreeSteps.create(session)
+    first = ChecksBeforeEachStep.create(session)
     second = _due_after(clock, ClaimedCancelIfBlowsUpOnce, session)
     session.commit()
 

@@ -2,6 +2,7 @@
 
 - ``claims``: picking due executions for a worker, leases.
 - ``executions``: reading and writing execution rows (start, completion, sweep, history).
+- ``handover``: a workflow's last completion with the next workflow's claim and start.
 - ``workflows``: workflow-row look-ups.
 - ``signals``: signal rows and the executions that wait for them.
 - ``housekeeping``: stuck rows, batched cleanup, gauges.
@@ -59,6 +60,7 @@ from .executions import (
     successor_of,
     sweep_strays,
 )
+from .handover import Handover, finish_and_start_next
 from .housekeeping import (
     delete_executions_of_old_workflows,
     delete_old_workflows,
@@ -80,6 +82,7 @@ from .workflows import (
 )
 
 __all__ = [
+    "Handover",
     "checkpoint_execution",
     "claim_due_execution",
     "claim_execution",
@@ -98,6 +101,7 @@ __all__ = [
     "extend_leases",
     "find_delivery",
     "find_ongoing_duplicate",
+    "finish_and_start_next",
     "get_execution",
     "insert_execution",
     "is_transient",

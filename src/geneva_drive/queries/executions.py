@@ -146,6 +146,37 @@ def _complete_stmt(
     done: tuple[str, ...],
     insert: bool,
 ) -> Any:
+    w, e = completion_ctes(workflow_mapper, navigation, as_started, done)
+    counts = [
+        select(func.count()).select_from(w).scalar_subquery(),
+        select(func.count()).select_from(e).scalar_subquery(),
+    ]
+    if not insert:
+        return select(*counts, null())
+    executions: Any = StepExecution.__table__
+    # Bound by attribute name, as _execution_row gives them (metadata_json -> "metadata").
+    attrs = [a for a in sa_inspect(StepExecution).column_attrs if a.key != "id"]
+    columns = [a.columns[0] for a in attrs]
+    values = [bindparam(f"n_{a.key}", type_=c.type) for a, c in zip(attrs, columns, strict=True)]
+    n = (
+        executions.insert()
+        .from_select(columns, select(*values).where(select(e.c.id).exists()))
+        .returning(executions.c.id)
+        .cte("n")
+    )
+    return select(*counts, select(n.c.id).scalar_subquery())
+
+
+def completion_ctes(
+    workflow_mapper: Any,
+    navigation: tuple[str, ...],
+    as_started: tuple[str, ...],
+    done: tuple[str, ...],
+) -> tuple[Any, Any]:
+    """The completion's two guarded writes as CTEs ``w`` and ``e`` (each returning ``id``):
+    the workflow's navigation while it holds ``as_started`` and the execution is still in
+    progress (read ``FOR SHARE``), then the execution's end if the workflow was written.
+    Bound with the ``w_`` and ``x_`` parameters of :func:`update_params`."""
     executions: Any = StepExecution.__table__
     still_ours = (
         select(executions.c.id)
@@ -165,23 +196,7 @@ def _complete_stmt(
         .returning(executions.c.id)
         .cte("e")
     )
-    counts = [
-        select(func.count()).select_from(w).scalar_subquery(),
-        select(func.count()).select_from(e).scalar_subquery(),
-    ]
-    if not insert:
-        return select(*counts, null())
-    # Bound by attribute name, as _execution_row gives them (metadata_json -> "metadata").
-    attrs = [a for a in sa_inspect(StepExecution).column_attrs if a.key != "id"]
-    columns = [a.columns[0] for a in attrs]
-    values = [bindparam(f"n_{a.key}", type_=c.type) for a, c in zip(attrs, columns, strict=True)]
-    n = (
-        executions.insert()
-        .from_select(columns, select(*values).where(select(e.c.id).exists()))
-        .returning(executions.c.id)
-        .cte("n")
-    )
-    return select(*counts, select(n.c.id).scalar_subquery())
+    return w, e
 
 
 def get_execution(session: Session, execution_id: int) -> StepExecution | None:

@@ -1,0 +1,236 @@
+"""A workflow's last step completed, and the next workflow's step claimed and started, in one
+PostgreSQL statement.
+
+A worker with a backlog finishes a workflow and at once claims the next due execution in the
+same transaction (``executor._claim_next``): a BEGIN, the completion, the claim, the start and
+a COMMIT, five round trips. When the claimed step is one that phase 1 is certain to start —
+its class needs no hero, and has no ``cancel_if``; the step is defined, not removed, has no
+``skip_if`` and no signal gate; the row is not a signal timeout's timer — nothing of the
+application's code must run between the claim and the start, so both can be written by the
+database itself, in the completion's statement. Which steps those are is worked out from the
+loaded classes and bound as two arrays (``direct_types``/``direct_steps``, pairwise).
+
+When the claimed row is not such a step, the statement locks it but starts nothing; the lock
+goes with the statement's transaction and the worker claims again in a transaction of its
+own, where phase 1 runs as usual — the next claim finds the same row first, so the order of
+claims is kept.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import (
+    String,
+    and_,
+    bindparam,
+    func,
+    literal_column,
+    select,
+    true,
+    tuple_,
+    update,
+)
+from sqlalchemy.orm import Session
+from sqlalchemy.orm.attributes import set_committed_value
+
+from ..models import TIMEOUT_FOR, StepExecution
+from ..states import ExecutionState, WorkflowState
+from ._sql import workflow_model
+from .bypass import (
+    as_loaded,
+    connection_of,
+    driver_in_transaction,
+    execute_alone,
+    execute_direct,
+    mark_written,
+    update_params,
+)
+from .claims import ClaimScope, _claim_stmt, as_array, loaded_classes_in_arrays, text_array
+from .executions import completion_ctes
+
+if TYPE_CHECKING:
+    from ..workflow import Workflow
+
+
+@dataclass(frozen=True)
+class Handover:
+    """What :func:`finish_and_start_next` did: the completion's two guarded writes; whether
+    it claimed a row (``claimed``) and the workflow and execution it started (``started``;
+    None: nothing was due, or not a step it may start); whether the statement ran as a
+    transaction of its own (``committed``: then no lock it took is held any more)."""
+
+    wrote_workflow: bool
+    wrote_execution: bool
+    claimed: bool
+    started: tuple[Workflow, StepExecution] | None
+    committed: bool
+
+
+def finish_and_start_next(
+    session: Session,
+    workflow: Workflow,
+    navigation: dict[str, Any],
+    as_started: dict[str, Any],
+    execution: StepExecution,
+    done: dict[str, Any],
+    *,
+    scope: ClaimScope,
+    now: datetime,
+    started: dict[str, Any],
+    direct: tuple[tuple[str, ...], tuple[str, ...]],
+    alone: bool,
+) -> Handover:
+    """The completion of ``execution`` (as :func:`executions.complete_in_one_statement`
+    writes it), the claim of the next due execution in ``scope`` (as
+    :func:`claims.claim_due_execution` makes it, only if the completion was written), and its
+    start (``started``: the execution's columns, as ``writer.start`` writes them) if its
+    (workflow type, step name) is one of ``direct``'s pairs and it is not a timer.
+
+    Every write depends on the one before it, and the claimed rows are locked ``FOR UPDATE
+    … SKIP LOCKED`` by the statement itself, so it writes all of it, only the completion, or
+    nothing: with ``alone`` it may run as a transaction of its own (``execute_alone``).
+    Nothing pending on either instance (the caller checks).
+    """
+    base = type(workflow).__mapper__.base_mapper
+    stmt = _statement(
+        base,
+        tuple(navigation),
+        tuple(as_started),
+        tuple(done),
+        tuple(started),
+        scope.loaded_only,
+        bool(scope.queues),
+    )
+    params: dict[str, Any] = {
+        **update_params(workflow, navigation, as_started, "w_"),
+        **update_params(execution, done, {"state": ExecutionState.IN_PROGRESS}, "x_"),
+        **{f"s_v_{key}": value for key, value in started.items()},
+        "now": now,
+        "direct_types": text_array(direct[0]),
+        "direct_steps": text_array(direct[1]),
+        "performing": WorkflowState.PERFORMING,
+    }
+    if scope.loaded_only:
+        params.update(scope.array_params)
+    if scope.queues:
+        params["queues"] = list(scope.queues)
+    connection = connection_of(session)
+    row = (execute_alone if alone else execute_direct)(connection, stmt, params)
+    committed = not driver_in_transaction(connection)
+    wrote_workflow, wrote_execution, claimed = bool(row[0]), bool(row[1]), row[2] is not None
+    if wrote_workflow:
+        mark_written(session, workflow, navigation)
+    if wrote_execution:
+        mark_written(session, execution, done)
+    execution_values, workflow_values = _split(row)
+    if execution_values["id"] is None:
+        return Handover(wrote_workflow, wrote_execution, claimed, None, committed)
+    next_execution = _loaded(session, StepExecution.__mapper__, execution_values)
+    # The row's own class: only loaded classes have steps among the direct pairs.
+    next_workflow = _loaded(session, base.polymorphic_map[workflow_values["type"]], workflow_values)
+    return Handover(
+        wrote_workflow, wrote_execution, claimed, (next_workflow, next_execution), committed
+    )
+
+
+def _split(row: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The started execution's and workflow's values by attribute name, from their columns'
+    places in the row (after the two counts and the claimed id)."""
+    execution_keys, workflow_keys = _attribute_keys()
+    values = row[3:]
+    return (
+        dict(zip(execution_keys, values[: len(execution_keys)], strict=True)),
+        dict(zip(workflow_keys, values[len(execution_keys) :], strict=True)),
+    )
+
+
+@functools.cache
+def _attribute_keys() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Per column of each table, in the table's order (RETURNING's), its attribute's name."""
+
+    def keys(mapper: Any) -> tuple[str, ...]:
+        by_column = {attr.columns[0].key: attr.key for attr in mapper.column_attrs}
+        return tuple(by_column[column.key] for column in mapper.local_table.c)
+
+    return keys(StepExecution.__mapper__), keys(workflow_model().__mapper__)
+
+
+def _loaded(session: Session, mapper: Any, values: dict[str, Any]) -> Any:
+    """An instance holding the row as the statement returned it: a new one, or the one the
+    session already holds (a body may have loaded another workflow's rows), refreshed."""
+    key = mapper.identity_key_from_primary_key((values["id"],))
+    held = session.identity_map.get(key)
+    if held is None:
+        return as_loaded(session, mapper, values, from_select=True)
+    for name, value in values.items():
+        set_committed_value(held, name, value)
+    return held
+
+
+@functools.lru_cache(maxsize=32)
+def _statement(
+    workflow_mapper: Any,
+    navigation: tuple[str, ...],
+    as_started: tuple[str, ...],
+    done: tuple[str, ...],
+    started: tuple[str, ...],
+    loaded_only: bool,
+    queued: bool,
+) -> Any:
+    """Kept under 4,096 characters and 50 parameters, the most psycopg caches the parsing
+    of and prepares: the claim selects only what the start needs, the classes are bound as
+    two arrays, and the rows come back by position, unlabelled."""
+    w, e = completion_ctes(workflow_mapper, navigation, as_started, done)
+    executions: Any = StepExecution.__table__
+    workflows: Any = workflow_mapper.local_table
+    # The worker's own claim, on the condition that the completion was written.
+    claim = _claim_stmt(by_id=False, queued=queued, mysql=False).where(select(e.c.id).exists())
+    if loaded_only:
+        claim = claim.where(loaded_classes_in_arrays(workflows.c))
+    pairs = select(func.unnest(as_array("direct_types")), func.unnest(as_array("direct_steps")))
+    startable = and_(
+        tuple_(workflows.c.type, executions.c.step_name).in_(pairs),
+        executions.c.metadata.op("->>", return_type=String)(literal_column(f"'{TIMEOUT_FOR}'")).is_(
+            None
+        ),
+    )
+    c = claim.with_only_columns(
+        executions.c.id, executions.c.workflow_id, executions.c.step_name, startable.label("go")
+    ).cte("c")
+    # Aliased, for a shorter text: each returns every column of its row.
+    x, y = executions.alias("x"), workflows.alias("y")
+    execution_columns = StepExecution.__mapper__.column_attrs
+    s = (
+        update(x)
+        .where(x.c.id == c.c.id, c.c.go)
+        .values(
+            {x.c[execution_columns[key].columns[0].key]: bindparam(f"s_v_{key}") for key in started}
+        )
+        .returning(*x.c)
+        .cte("s")
+    )
+    # What writer.start writes to the workflow, in SQL: performing, at the claimed step.
+    v = (
+        update(y)
+        .where(y.c.id == c.c.workflow_id, c.c.go)
+        .values(
+            state=bindparam("performing", type_=workflows.c.state.type),
+            current_step_name=c.c.step_name,
+            started_at=func.coalesce(y.c.started_at, bindparam("now")),
+            updated_at=bindparam("now"),
+        )
+        .returning(*y.c)
+        .cte("v")
+    )
+    counts = select(
+        select(func.count()).select_from(w).scalar_subquery().label("w"),
+        select(func.count()).select_from(e).scalar_subquery().label("e"),
+        select(c.c.id).scalar_subquery().label("c"),
+    ).subquery("k")
+    return select(counts.c.w, counts.c.e, counts.c.c, *s.c, *v.c).select_from(
+        counts.outerjoin(s, true()).outerjoin(v, true())
+    )
