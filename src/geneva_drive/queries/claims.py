@@ -13,14 +13,12 @@ from sqlalchemy import (
     and_,
     any_,
     bindparam,
-    cast,
     false,
     func,
     literal_column,
     select,
     update,
 )
-from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Session
 
 from ..models import StepExecution
@@ -28,7 +26,7 @@ from ..states import (
     ExecutionState,
     WorkflowState,
 )
-from ._sql import after_key, in_state, is_mysql, keyset, workflow_model
+from ._sql import after_key, as_array, in_state, is_mysql, keyset, text_array, workflow_model
 from .bypass import as_loaded, connection_of, execute_direct, held_locks, remember_workflow_lock
 
 if TYPE_CHECKING:
@@ -105,20 +103,6 @@ def _loaded_classes_only(wf: Any, shape: tuple[int, int]) -> Any:
         func.coalesce(wf.type, "").in_(names),
         func.coalesce(wf.hero_type, no_hero).in_([no_hero, *hero_names]),
     )
-
-
-@functools.lru_cache(maxsize=64)
-def text_array(names: tuple[str, ...]) -> str:
-    """``names`` as PostgreSQL's text form of an array, ``{"a","b"}``, bound as one string
-    and cast by the statement (``as_array``). psycopg dumps a list by scanning each element
-    with a regular expression, at every execution; the text is made once per tuple."""
-    quoted = ('"' + name.replace("\\", "\\\\").replace('"', '\\"') + '"' for name in names)
-    return "{" + ",".join(quoted) + "}"
-
-
-def as_array(name: str) -> Any:
-    """The bound parameter ``name``, a :func:`text_array`, as an array of text."""
-    return cast(bindparam(name, type_=String), ARRAY(String))
 
 
 def loaded_classes_in_arrays(wf: Any) -> Any:

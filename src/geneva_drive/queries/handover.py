@@ -39,7 +39,7 @@ from sqlalchemy.orm.attributes import set_committed_value
 
 from ..models import TIMEOUT_FOR, StepExecution
 from ..states import ExecutionState, WorkflowState
-from ._sql import workflow_model
+from ._sql import as_array, text_array, workflow_model
 from .bypass import (
     as_loaded,
     connection_of,
@@ -49,7 +49,7 @@ from .bypass import (
     mark_written,
     update_params,
 )
-from .claims import ClaimScope, _claim_stmt, as_array, loaded_classes_in_arrays, text_array
+from .claims import ClaimScope, _claim_stmt, loaded_classes_in_arrays
 from .executions import completion_ctes
 
 if TYPE_CHECKING:

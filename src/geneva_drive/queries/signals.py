@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 
 from ..models import EXECUTIONS, SIGNALS, WORKFLOWS, Signal, StepExecution, UTCDateTime
 from ..states import ExecutionState
-from ._sql import in_state
+from ._sql import in_state, text_array
 from .coordination import NOTIFY_CHANNEL
 
 CONSUMED = "consumed"
@@ -129,8 +129,9 @@ def delivery(
         "name": name,
         "key": key,
         "payload": payload,
-        "steps": list(steps),
-        "states": [str(state) for state in states],
+        # Arrays in their text form (see claims.text_array), cast by the statement.
+        "steps": text_array(tuple(steps)),
+        "states": text_array(tuple(str(state) for state in states)),
         "now": now,
     }
     if wake_queue is not None:
