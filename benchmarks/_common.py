@@ -193,6 +193,15 @@ def self_gauges() -> dict[str, float]:
     return {"cpu_s": usage.ru_utime + usage.ru_stime, "peak_rss_mb": usage.ru_maxrss / 1024}
 
 
+def callgrind_instrumentation(on: bool) -> None:
+    """Switch valgrind's callgrind instrumentation of this process on or off (the process runs
+    under ``valgrind --tool=callgrind --instr-atstart=no``; see instructions.py)."""
+    state = "on" if on else "off"
+    subprocess.run(
+        ["callgrind_control", "-i", state, str(os.getpid())], check=True, capture_output=True
+    )
+
+
 def wait_for(predicate: Any, timeout: float, interval: float = 0.05, what: str = "") -> None:
     """Poll ``predicate()`` until true; raise TimeoutError after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout

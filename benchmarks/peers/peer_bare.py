@@ -24,7 +24,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _common import commits, emit, host_cores, host_jiffies, self_gauges
+from _common import (
+    callgrind_instrumentation,
+    commits,
+    emit,
+    host_cores,
+    host_jiffies,
+    self_gauges,
+)
 from sqlalchemy import create_engine, text
 
 SCHEMA = """
@@ -78,6 +85,11 @@ def main() -> None:
     parser.add_argument("--workflows", type=int, default=2000)
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--mode", choices=["backlog", "throughput"], default="backlog")
+    parser.add_argument(
+        "--callgrind",
+        action="store_true",
+        help="count instructions of the run only (instructions.py)",
+    )
     args = parser.parse_args()
     engine = create_engine(args.url, pool_size=args.threads + 2)
     with engine.begin() as conn:
@@ -96,6 +108,8 @@ def main() -> None:
         for _ in range(args.threads)
     ]
     host0 = host_jiffies()
+    if args.callgrind:
+        callgrind_instrumentation(True)
     t0 = time.perf_counter()
     for thread in threads:
         thread.start()
@@ -108,6 +122,8 @@ def main() -> None:
     while finished[0] < args.workflows and time.perf_counter() < deadline:
         time.sleep(0.02)
     seconds = time.perf_counter() - t0
+    if args.callgrind:
+        callgrind_instrumentation(False)
     host = host_cores(host0)
     stop.set()
     for thread in threads:
