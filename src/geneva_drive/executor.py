@@ -873,24 +873,22 @@ def _hand_over(
     such a step. After any other, the transaction goes on, and a row it claimed but could
     not start is run from there (the caller).
     """
-    if not scope.loaded_only or (options.should_exit is not None and options.should_exit()):
+    if not (completer.hands_over and scope.loaded_only):
+        return None
+    if options.should_exit is not None and options.should_exit():
         return None
     direct = _direct_steps(scope)
     if not direct[0]:
         return None
-    cls = type(prepared.workflow)
-    return completer.finish_and_start_next(
-        session,
-        prepared.workflow,
-        after.navigation,
-        as_started,
-        prepared.execution,
-        done,
+    claim = queries.NextClaim(
         scope=scope,
         now=now,
         started=writer.lease_columns(now, options.worker_id, options.lease),
         direct=direct,
-        alone=_starts_directly(cls),
+        alone=_starts_directly(type(prepared.workflow)),
+    )
+    return completer.finish_and_start_next(
+        session, prepared.workflow, after.navigation, as_started, prepared.execution, done, claim
     )
 
 

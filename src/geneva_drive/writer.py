@@ -13,10 +13,11 @@ once (:func:`completer_for`); the executor never asks which database it is on.
 
 from __future__ import annotations
 
+import dataclasses
 import traceback
 from datetime import datetime, timedelta
 from functools import cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from sqlalchemy.orm import Session
 
@@ -35,7 +36,6 @@ from .states import (
 if TYPE_CHECKING:
     from sqlalchemy.engine import Dialect
 
-    from .queries.claims import ClaimScope
     from .steps import StepDefinition
     from .workflow import Workflow
 
@@ -245,7 +245,12 @@ class Completer:
 
     ``alone``: the caller writes nothing more in this transaction, so the completion may be
     committed as it is written, where the database can do that atomically (PostgreSQL).
+
+    ``hands_over``: whether :meth:`finish_and_start_next` can ever do its work here (the
+    caller need not prepare its arguments otherwise).
     """
+
+    hands_over: ClassVar[bool] = False
 
     def complete(
         self,
@@ -276,17 +281,13 @@ class Completer:
         as_started: dict[str, Any],
         execution: StepExecution,
         done: dict[str, Any],
-        *,
-        scope: ClaimScope,
-        now: datetime,
-        started: dict[str, Any],
-        direct: tuple[tuple[str, ...], tuple[str, ...]],
-        alone: bool,
+        claim: queries.NextClaim,
     ) -> queries.Handover | None:
-        """The completion of a workflow's last step, the claim of the next due execution in
-        ``scope`` and, for a step of ``direct``, its start, in one statement that may commit
-        as it is written (``alone``, ``queries.handover``). None, having written nothing,
-        where that cannot be done: the caller completes and claims as usual."""
+        """The completion of a workflow's last step, the claim of the next due execution and,
+        for a step of ``claim.direct``, its start, in one statement that may commit as it is
+        written (``claim.alone``, ``queries.handover``). None, having written nothing, where
+        that cannot be done (``hands_over`` is false): the caller completes and claims as
+        usual."""
         return None
 
 
@@ -297,6 +298,8 @@ class OneStatementCompleter(Completer):
     the execution, and the next row inserted already started or none at all (a scheduled
     next row needs a wake-up sent after commit, which the portable path arranges).
     """
+
+    hands_over = True
 
     def complete(
         self,
@@ -331,12 +334,7 @@ class OneStatementCompleter(Completer):
         as_started: dict[str, Any],
         execution: StepExecution,
         done: dict[str, Any],
-        *,
-        scope: ClaimScope,
-        now: datetime,
-        started: dict[str, Any],
-        direct: tuple[tuple[str, ...], tuple[str, ...]],
-        alone: bool,
+        claim: queries.NextClaim,
     ) -> queries.Handover | None:
         if execution.signal_id is not None or session.is_modified(
             execution, include_collections=False
@@ -344,6 +342,7 @@ class OneStatementCompleter(Completer):
             return None
         check_step_transition(ExecutionState.SCHEDULED, ExecutionState.IN_PROGRESS)
         check_workflow_transition(WorkflowState.READY, WorkflowState.PERFORMING)
+        started = {**claim.started, "updated_at": claim.now}  # as start() writes it
         return queries.finish_and_start_next(
             session,
             workflow,
@@ -351,11 +350,7 @@ class OneStatementCompleter(Completer):
             as_started,
             execution,
             done,
-            scope=scope,
-            now=now,
-            started={**started, "updated_at": now},
-            direct=direct,
-            alone=alone,
+            dataclasses.replace(claim, started=started),
         )
 
 

@@ -60,7 +60,7 @@ from .executions import (
     successor_of,
     sweep_strays,
 )
-from .handover import Handover, finish_and_start_next
+from .handover import Handover, NextClaim, finish_and_start_next
 from .housekeeping import (
     delete_executions_of_old_workflows,
     delete_old_workflows,
@@ -83,6 +83,7 @@ from .workflows import (
 
 __all__ = [
     "Handover",
+    "NextClaim",
     "checkpoint_execution",
     "claim_due_execution",
     "claim_execution",

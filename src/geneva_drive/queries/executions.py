@@ -117,10 +117,7 @@ def complete_in_one_statement(
         tuple(done),
         following is not None,
     )
-    params = {
-        **update_params(workflow, navigation, as_started, "w_"),
-        **update_params(execution, done, {"state": ExecutionState.IN_PROGRESS}, "x_"),
-    }
+    params = completion_params(workflow, navigation, as_started, execution, done)
     row = None
     if following is not None:
         row = _execution_row(following)
@@ -167,6 +164,20 @@ def _complete_stmt(
     return select(*counts, select(n.c.id).scalar_subquery())
 
 
+def completion_params(
+    workflow: Workflow,
+    navigation: dict[str, Any],
+    as_started: dict[str, Any],
+    execution: StepExecution,
+    done: dict[str, Any],
+) -> dict[str, Any]:
+    """The parameters :func:`completion_ctes` binds."""
+    return {
+        **update_params(workflow, navigation, as_started, "w_"),
+        **update_params(execution, done, {"state": ExecutionState.IN_PROGRESS}, "x_"),
+    }
+
+
 def completion_ctes(
     workflow_mapper: Any,
     navigation: tuple[str, ...],
@@ -176,7 +187,7 @@ def completion_ctes(
     """The completion's two guarded writes as CTEs ``w`` and ``e`` (each returning ``id``):
     the workflow's navigation while it holds ``as_started`` and the execution is still in
     progress (read ``FOR SHARE``), then the execution's end if the workflow was written.
-    Bound with the ``w_`` and ``x_`` parameters of :func:`update_params`."""
+    Bound with :func:`completion_params`."""
     executions: Any = StepExecution.__table__
     still_ours = (
         select(executions.c.id)

@@ -10,10 +10,10 @@ application's code must run between the claim and the start, so both can be writ
 database itself, in the completion's statement. Which steps those are is worked out from the
 loaded classes and bound as two arrays (``direct_types``/``direct_steps``, pairwise).
 
-When the claimed row is not such a step, the statement locks it but starts nothing; the lock
-goes with the statement's transaction and the worker claims again in a transaction of its
-own, where phase 1 runs as usual — the next claim finds the same row first, so the order of
-claims is kept.
+When the claimed row is not such a step, the statement locks it but starts nothing. Run as a
+transaction of its own, the lock goes with it and the worker's next ordinary claim finds the
+same row first, so the order of claims is kept; otherwise the transaction goes on and the
+executor claims the row again there, where its phase 1 runs as usual.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
 from ..models import TIMEOUT_FOR, StepExecution
-from ..states import ExecutionState, WorkflowState
+from ..states import WorkflowState
 from ._sql import as_array, text_array, workflow_model
 from .bypass import (
     as_loaded,
@@ -47,13 +47,26 @@ from .bypass import (
     execute_alone,
     execute_direct,
     mark_written,
-    update_params,
 )
 from .claims import ClaimScope, _claim_stmt, loaded_classes_in_arrays
-from .executions import completion_ctes
+from .executions import completion_ctes, completion_params
 
 if TYPE_CHECKING:
     from ..workflow import Workflow
+
+
+@dataclass(frozen=True)
+class NextClaim:
+    """What to claim after the completion, and how to start it: the worker's ``scope``; the
+    clock's ``now``; the execution's columns as ``writer.start`` writes them (``started``);
+    the (workflow type, step name) pairs it may start (``direct``, two tuples); and whether
+    the statement may run as a transaction of its own (``alone``)."""
+
+    scope: ClaimScope
+    now: datetime
+    started: dict[str, Any]
+    direct: tuple[tuple[str, ...], tuple[str, ...]]
+    alone: bool
 
 
 @dataclass(frozen=True)
@@ -77,41 +90,36 @@ def finish_and_start_next(
     as_started: dict[str, Any],
     execution: StepExecution,
     done: dict[str, Any],
-    *,
-    scope: ClaimScope,
-    now: datetime,
-    started: dict[str, Any],
-    direct: tuple[tuple[str, ...], tuple[str, ...]],
-    alone: bool,
+    claim: NextClaim,
 ) -> Handover:
     """The completion of ``execution`` (as :func:`executions.complete_in_one_statement`
-    writes it), the claim of the next due execution in ``scope`` (as
+    writes it), the claim of the next due execution in ``claim.scope`` (as
     :func:`claims.claim_due_execution` makes it, only if the completion was written), and its
-    start (``started``: the execution's columns, as ``writer.start`` writes them) if its
-    (workflow type, step name) is one of ``direct``'s pairs and it is not a timer.
+    start if its (workflow type, step name) is one of ``claim.direct``'s pairs and it is not
+    a timer.
 
     Every write depends on the one before it, and the claimed rows are locked ``FOR UPDATE
     … SKIP LOCKED`` by the statement itself, so it writes all of it, only the completion, or
-    nothing: with ``alone`` it may run as a transaction of its own (``execute_alone``).
+    nothing: with ``claim.alone`` it may run as a transaction of its own (``execute_alone``).
     Nothing pending on either instance (the caller checks).
     """
     base = type(workflow).__mapper__.base_mapper
+    scope = claim.scope
     stmt = _statement(
         base,
         tuple(navigation),
         tuple(as_started),
         tuple(done),
-        tuple(started),
+        tuple(claim.started),
         scope.loaded_only,
         bool(scope.queues),
     )
     params: dict[str, Any] = {
-        **update_params(workflow, navigation, as_started, "w_"),
-        **update_params(execution, done, {"state": ExecutionState.IN_PROGRESS}, "x_"),
-        **{f"s_v_{key}": value for key, value in started.items()},
-        "now": now,
-        "direct_types": text_array(direct[0]),
-        "direct_steps": text_array(direct[1]),
+        **completion_params(workflow, navigation, as_started, execution, done),
+        **{f"s_v_{key}": value for key, value in claim.started.items()},
+        "now": claim.now,
+        "direct_types": text_array(claim.direct[0]),
+        "direct_steps": text_array(claim.direct[1]),
         "performing": WorkflowState.PERFORMING,
     }
     if scope.loaded_only:
@@ -119,7 +127,7 @@ def finish_and_start_next(
     if scope.queues:
         params["queues"] = list(scope.queues)
     connection = connection_of(session)
-    row = (execute_alone if alone else execute_direct)(connection, stmt, params)
+    row = (execute_alone if claim.alone else execute_direct)(connection, stmt, params)
     committed = not driver_in_transaction(connection)
     wrote_workflow, wrote_execution, claimed = bool(row[0]), bool(row[1]), row[2] is not None
     if wrote_workflow:
@@ -181,9 +189,9 @@ def _statement(
     loaded_only: bool,
     queued: bool,
 ) -> Any:
-    """Kept under 4,096 characters and 50 parameters, the most psycopg caches the parsing
-    of and prepares: the claim selects only what the start needs, the classes are bound as
-    two arrays, and the rows come back by position, unlabelled."""
+    """Kept short: the claim selects only what the start needs, the classes are bound as two
+    arrays, and the rows come back by position, unlabelled. (Still over the 4,096 characters
+    psycopg caches the parsing of: ``bypass`` numbers its placeholders once instead.)"""
     w, e = completion_ctes(workflow_mapper, navigation, as_started, done)
     executions: Any = StepExecution.__table__
     workflows: Any = workflow_mapper.local_table

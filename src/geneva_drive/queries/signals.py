@@ -129,7 +129,7 @@ def delivery(
         "name": name,
         "key": key,
         "payload": payload,
-        # Arrays in their text form (see claims.text_array), cast by the statement.
+        # Arrays in their text form (see _sql.text_array), cast by the statement.
         "steps": text_array(tuple(steps)),
         "states": text_array(tuple(str(state) for state in states)),
         "now": now,
