@@ -17,6 +17,7 @@ from geneva_drive import StepExecution, Workflow, step
 from geneva_drive import executor as executor_module
 from geneva_drive.worker import Worker
 from tests.support.app import AuditEntry, Order
+from tests.support.statements import WRITES
 from tests.worker._support import state_of, trail
 from tests.worker.apps import WorkerScaleThreeSteps
 
@@ -77,7 +78,8 @@ def _writing_commits(engine: Engine) -> tuple[list[int], Callable[[], None]]:
     wrote: set[int] = set()
 
     def on_execute(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        if statement.lstrip().split()[0].upper() in ("INSERT", "UPDATE", "DELETE", "WITH"):
+        # Not "FOR UPDATE": a claim (which on PostgreSQL also begins with WITH) only reads.
+        if WRITES.search(statement):
             wrote.add(id(conn.connection.dbapi_connection))
 
     def on_commit(conn: Any) -> None:

@@ -48,7 +48,7 @@ from .bypass import (
     execute_direct,
     mark_written,
 )
-from .claims import ClaimScope, _claim_stmt, loaded_classes_in_arrays
+from .claims import ClaimScope, _claim_stmt, loaded_classes_in_arrays, within_window
 from .executions import completion_ctes, completion_params
 
 if TYPE_CHECKING:
@@ -195,10 +195,6 @@ def _statement(
     w, e = completion_ctes(workflow_mapper, navigation, as_started, done)
     executions: Any = StepExecution.__table__
     workflows: Any = workflow_mapper.local_table
-    # The worker's own claim, on the condition that the completion was written.
-    claim = _claim_stmt(by_id=False, queued=queued, mysql=False).where(select(e.c.id).exists())
-    if loaded_only:
-        claim = claim.where(loaded_classes_in_arrays(workflows.c))
     pairs = select(func.unnest(as_array("direct_types")), func.unnest(as_array("direct_steps")))
     startable = and_(
         tuple_(workflows.c.type, executions.c.step_name).in_(pairs),
@@ -206,9 +202,19 @@ def _statement(
             None
         ),
     )
-    c = claim.with_only_columns(
-        executions.c.id, executions.c.workflow_id, executions.c.step_name, startable.label("go")
-    ).cte("c")
+
+    def claim_of(row: Any) -> Any:
+        # The worker's own claim, on the condition that the completion was written.
+        claim = _claim_stmt(by_id=False, queued=queued, mysql=False, row=row)
+        claim = claim.where(select(e.c.id).exists())
+        if loaded_only:
+            claim = claim.where(loaded_classes_in_arrays(workflows.c))
+        return claim.with_only_columns(
+            executions.c.id, executions.c.workflow_id, executions.c.step_name, startable.label("go")
+        )
+
+    # The first due rows first, as the worker's own claim does (claims.within_window).
+    c = within_window(claim_of, queued=queued).cte("c")
     # Aliased, for a shorter text: each returns every column of its row.
     x, y = executions.alias("x"), workflows.alias("y")
     execution_columns = StepExecution.__mapper__.column_attrs
