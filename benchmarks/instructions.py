@@ -45,6 +45,8 @@ def geneva_drive_child(url: str, workflows: int) -> None:
 
     engine, config = _gd.prepare(url)
     _gd.seed(config, gd_app.BenchThreeSteps, workflows)
+    with engine.begin() as conn:  # as throughput.py: what autovacuum does within a minute
+        conn.exec_driver_sql("ANALYZE")
     scope = claim_scope(None)
     options = RunOptions(worker_id="instructions", chain=lambda queue: True)
     callgrind_instrumentation(True)

@@ -86,6 +86,7 @@ def run_system(system: str, args: argparse.Namespace, server, redis, python: str
             argv = [sys.executable, str(BENCH_DIR / "peers" / "peer_bare.py")]
             argv += ["--url", server.url(name), "--dsn", dsn, "--dbname", name]
             argv += ["--mode", load_of(system)]
+            argv += ["--analyze" if args.analyze else "--no-analyze"]
         elif system.startswith("DBOS"):
             argv = [python, str(BENCH_DIR / "peers" / "peer_dbos.py")]
             argv += ["--url", server.url(name, driver="postgresql"), "--dsn", dsn]
@@ -119,7 +120,13 @@ def main(argv: list[str] | None = None) -> dict:
     )
     parser.add_argument("--durability", choices=["durable", "async"], default="durable")
     parser.add_argument("--transport", choices=["tcp", "unix"], default="tcp")
-    parser.add_argument("--analyze", action="store_true", help="see throughput.py --analyze")
+    parser.add_argument(
+        "--analyze",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="ANALYZE after seeding a backlog, geneva-drive's and the bare loop's (default; "
+        "see throughput.py --analyze)",
+    )
     args = parser.parse_args(argv)
     wanted = [w.strip() for w in args.systems.split(",") if w.strip()]
     systems = [s for s in SYSTEMS if any(w in s for w in wanted)] or SYSTEMS

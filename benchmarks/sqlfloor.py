@@ -513,7 +513,7 @@ def _run(
     if system == "bare loop SQL":
         return run_bare(server, bare, args.workflows, args.clients)
     # The Python clients, as peers.py runs them (same workload, steps = 3 × workflows).
-    ns = argparse.Namespace(workflows=args.workflows, durability=args.durability, analyze=False)
+    ns = argparse.Namespace(workflows=args.workflows, durability=args.durability, analyze=True)
     result = peers.run_system(system, ns, server, None, sys.executable)
     keys = ("steps_per_s", "cpu_ms_per_step", "server_cpu_ms_per_step", "commits_per_step")
     return {key: result.get(key) for key in keys}

@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> None:
                     backend="postgresql",
                     concurrency=threads,
                     durability=args.durability,
-                    analyze=False,
+                    analyze=True,
                     drive=args.load == "throughput",
                 )
                 result = throughput.one_mode(ns, server, 1)

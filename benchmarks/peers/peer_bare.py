@@ -86,6 +86,12 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--mode", choices=["backlog", "throughput"], default="backlog")
     parser.add_argument(
+        "--analyze",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="ANALYZE after seeding a backlog (default), as throughput.py does for geneva-drive",
+    )
+    parser.add_argument(
         "--callgrind",
         action="store_true",
         help="count instructions of the run only (instructions.py)",
@@ -99,6 +105,9 @@ def main() -> None:
     if args.mode == "backlog":
         with engine.begin() as conn:
             conn.execute(FIRST, [{"workflow": i} for i in range(args.workflows)])
+        if args.analyze:
+            with engine.begin() as conn:
+                conn.execute(text("ANALYZE bare_jobs"))
     engine.dispose()
     before = commits(args.dsn, args.dbname)
     cpu0 = self_gauges()["cpu_s"]
