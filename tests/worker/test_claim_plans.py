@@ -147,7 +147,7 @@ def test_on_analysed_tables_the_workers_queries_cost_the_same_at_300_and_3000_du
     # Once ANALYZE had run, the planner guessed that almost no workflow passes the conditions
     # on the workflow row, and read every ready workflow for each claim: 606 buffers at 300
     # due rows, 6,027 at 2,000, and as many for the idle worker's next due time. Both now try
-    # the first scheduled rows first (claims.first_in_window).
+    # the first scheduled rows first (claims.first_in_order).
     if db_backend != "postgresql":
         pytest.skip(
             "the window is PostgreSQL's (MariaDB reads candidates first; SQLite never "

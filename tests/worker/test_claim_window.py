@@ -1,9 +1,9 @@
 """A claim looks at the first due rows first, and past them when none of those can be claimed.
 
 On PostgreSQL the worker's claim (and the handover's, which claims the next workflow as one
-finishes) tries the first ``CLAIM_WINDOW`` due executions in claim order one by one, and
-only when the window is full and none of it can be claimed does it run the claim over every
-due row (``claims.within_window``). What it claims must not change: the first claimable row
+finishes) tries the due executions in claim order one by one, in windows: the first 16, then
+the first 1,024, then every one, each only if the one before was full and none of it could
+be claimed (``claims.first_in_order``). What it claims must not change: the first claimable row
 in (priority, due time) order, whatever lies at the head of the queue. The other backends
 claim as before; these tests hold them to the same.
 """
@@ -14,18 +14,18 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine, select, text
 from sqlalchemy.orm import Session
 
 from geneva_drive import queries
 from geneva_drive.executor import RunOptions, claim_and_run
 from geneva_drive.loaded import claim_scope
-from geneva_drive.queries.claims import CLAIM_WINDOW
+from geneva_drive.queries.claims import CLAIM_WINDOWS
 from tests.engine._support import reload
 from tests.worker._support import trail
 from tests.worker.apps import WorkerScaleThreeSteps
 
-BEYOND_THE_WINDOW = CLAIM_WINDOW + 2
+BEYOND_THE_WINDOW = CLAIM_WINDOWS[0] + 2
 THREE_DONE = [
     ("one", "completed", "success"),
     ("two", "completed", "success"),
@@ -41,6 +41,19 @@ def _queued_one_second_apart(session: Session, clock: Any, count: int) -> list[A
         clock.advance(seconds=1)
     session.commit()
     return made
+
+
+def _paused_at_the_head(session: Session, clock: Any, count: int) -> None:
+    """``count`` paused workflows whose next steps are due before any other's."""
+    created = WorkerScaleThreeSteps.create_many(session, count=count).created
+    session.commit()
+    ids = [workflow_id for _, workflow_id in created]
+    for workflow in session.scalars(
+        select(WorkerScaleThreeSteps).where(WorkerScaleThreeSteps.id.in_(ids))
+    ):
+        workflow.pause()
+    session.commit()
+    clock.advance(seconds=1)
 
 
 def _claim(gd: Any, clock: Any) -> tuple[int, int] | None:
@@ -61,6 +74,16 @@ def test_a_claim_passes_over_more_paused_workflows_than_its_window_holds(gd, ses
 
     assert claimed is not None
     assert claimed[1] == runnable.id  # the first claimable, not merely any
+
+
+def test_a_claim_passes_over_more_paused_workflows_than_every_window_holds(gd, session, clock):
+    _paused_at_the_head(session, clock, CLAIM_WINDOWS[-1] + 2)
+    runnable, _later = _queued_one_second_apart(session, clock, 2)
+
+    claimed = _claim(gd, clock)
+
+    assert claimed is not None
+    assert claimed[1] == runnable.id
 
 
 def test_a_claim_passes_over_more_rows_being_claimed_than_its_window_holds(

@@ -184,13 +184,17 @@ def _claim_stmt(
 ) -> Any:
     """The claim, built once per shape (its compiled form is then cached by SQLAlchemy).
 
-    With ``row`` (a window's CTE, see :func:`within_window`): the claim of that one row, found
-    by primary key, unordered.
+    With ``row`` (rows of :func:`_scheduled_rows`, see :func:`first_in_order`): the claim of
+    one of them, found by primary key, unordered.
     """
     wf = workflow_model()
+    # A row of the window names its workflow too: both rows are then found by primary key,
+    # each on its own. Joined to each other, on tables planned while empty (throughput
+    # mode's start) the planner read the workflows from the first page for each execution.
+    joined = wf.id == (row.c.workflow_id if row is not None else StepExecution.workflow_id)
     stmt = (
         select(StepExecution.id, StepExecution.workflow_id)
-        .join(wf, wf.id == StepExecution.workflow_id)
+        .join(wf, joined)
         .where(StepExecution.scheduled_for <= bindparam("now"))
         # Only ready workflows: a paused one keeps its row for resume(), and claiming it
         # would be a no-op that a worker repeats forever.
@@ -226,16 +230,17 @@ def _claim_stmt(
 
 
 # PostgreSQL: how many scheduled executions a claim (or the idle worker's look for the next
-# due time) tries first, in order, before it looks at every one (see first_in_window). It
-# need only outnumber the rows other workers are claiming at the same moment and the few
-# kept for paused workflows at the head of the queue.
-CLAIM_WINDOW = 16
+# due time) tries, in order, before it tries more (see first_in_order). The first need only
+# outnumber the rows other workers are claiming at the same moment; the second the rows an
+# operator leaves at the head of the queue (paused workflows', classes no worker has loaded).
+CLAIM_WINDOWS = (16, 1024)
 
 
-@functools.lru_cache(maxsize=4)
-def _window(*, queued: bool, due: bool) -> Any:
-    """The first ``CLAIM_WINDOW`` scheduled executions (id, workflow, due time), read from
-    a partial index in its order: the due ones in claim order (``due``), or any by due time."""
+@functools.lru_cache(maxsize=16)
+def _scheduled_rows(*, queued: bool, due: bool, size: int | None) -> Any:
+    """Scheduled executions (id, workflow, due time) in the order of a partial index: the due
+    ones in claim order (``due``), or every one by due time; the first ``size`` of them (a
+    CTE), or all of them (``None``, a subquery)."""
     executions: Any = StepExecution.__table__
     stmt = select(executions.c.id, executions.c.workflow_id, executions.c.scheduled_for).where(
         in_state(executions.c.state, ExecutionState.SCHEDULED)
@@ -247,63 +252,71 @@ def _window(*, queued: bool, due: bool) -> Any:
         stmt = stmt.order_by(executions.c.scheduled_for)
     if queued:
         stmt = stmt.where(executions.c.queue.in_(bindparam("queues", expanding=True)))
+    name = "due" if due else "scheduled"
+    if size is None:
+        return stmt.subquery(f"{name}_rows")
     # A literal, not a parameter: the planner then knows the window's size.
-    size = literal_column(str(CLAIM_WINDOW), Integer)
-    return stmt.limit(size).cte("due_window" if due else "scheduled_window")
+    return stmt.limit(literal_column(str(size), Integer)).cte(f"{name}_{size}")
 
 
-def first_in_window(window: Any, of_row: Any, everywhere: Any) -> Any:
-    """The first row ``of_row`` gives for a row of ``window`` (a ``_window``), in the
-    window's order; if none does and the window was full, the first row of ``everywhere``.
-    PostgreSQL. ``of_row`` is a query of one window row (it names ``window``'s columns);
-    ``everywhere`` the same query over every scheduled row, ordered, one row.
+def first_in_order(of_row: Callable[[Any], Any], *, queued: bool, due: bool) -> Any:
+    """The first row that ``of_row`` gives for a scheduled execution, the executions taken
+    in the order of :func:`_scheduled_rows` (``queued``, ``due``). PostgreSQL.
 
-    Why: the worker's queries join each scheduled execution to its workflow and keep those
-    of ready workflows of the loaded classes. Those conditions are on the workflow row, where
-    the planner can only guess (they are written inside COALESCE, see
+    ``of_row(rows)`` is the query of one row of ``rows`` (it names their ``id``,
+    ``workflow_id`` or ``scheduled_for``): the claim of that execution (``_claim_stmt(row=…)``
+    with the caller's columns and conditions), or its due time if its workflow is ready.
+
+    Why: the worker's claim and its look for the next due time keep the scheduled executions
+    of ready workflows of the loaded classes. Written as one join, those conditions are on
+    the workflow row, where the planner can only guess (they are inside COALESCE, see
     :func:`_workflow_is_ready`, and the class names are parameters), and it guesses that
     almost no workflow passes them. Once ANALYZE has seen a few hundred workflows —
-    autovacuum runs it within a minute of a backlog arriving — the plan it keeps reads every
-    workflow, looks up each one's execution and sorts them all, to return one row: a claim
-    took 5 ms at 2,000 ready workflows and 46 ms at 20,000, so that a backlog drained in
-    time quadratic in its size, and the idle worker's look for the next due time 53 ms with
-    20,000 workflows waiting. (On tables not analysed yet, the same guess happens to pick the
-    due index.)
+    autovacuum runs it within a minute of a backlog arriving — the plan it kept read every
+    ready workflow, looked up each one's execution and sorted them all, to return one row: a
+    claim took 5 ms at 2,000 ready workflows and 46 ms at 20,000, so that a backlog drained
+    in time quadratic in its size, and the look for the next due time 53 ms with 20,000
+    workflows waiting.
 
-    So the statement takes the first ``CLAIM_WINDOW`` rows from the partial index in order,
-    with no join and nothing to guess, and then, row by row, ``of_row`` of that one row,
-    with its workflow (and execution) found by primary key, until one gives a row (``JOIN
-    LATERAL … LIMIT 1``). The rows are tried in the window's order without an ORDER BY of
-    their own, which would try them all — and a claim lock every claimable one: a lateral
-    subquery can only be joined by a nested loop, which keeps its outer side's order, and
-    that is the window's, read from the index. Only when the window was full and gave
-    nothing — rows other workers are claiming at this moment (``SKIP LOCKED``), paused
-    workflows' rows kept for ``resume()``, classes this worker has not loaded — does the
-    statement run ``everywhere``, as before; the same row comes out either way. The two are
-    one ``UNION ALL``, the second gated by a condition PostgreSQL evaluates once, so it is
-    not executed unless needed.
+    So the rows are taken from the partial index in its order, with no join and nothing to
+    guess, and ``of_row`` is tried on each in turn, its workflow (and execution) found by
+    primary key, until one gives a row (``JOIN LATERAL … LIMIT 1``). They are tried without
+    an ORDER BY of their own, which would try them all — and a claim lock every claimable
+    one: a lateral subquery that PostgreSQL cannot merge into the outer query (it has a
+    LIMIT) is joined by a nested loop, which keeps the order of its outer side, the
+    index's. The rows come in windows, each read only if the one before was full and gave
+    nothing (rows other workers are claiming at this moment, ``SKIP LOCKED``; paused
+    workflows' rows kept for ``resume()``; classes this worker has not loaded): the first
+    ``CLAIM_WINDOWS[0]`` (for a LIMIT that small the planner reads the index in order), then the
+    first ``CLAIM_WINDOWS[1]``, then every scheduled row, which may cost a read of them all,
+    still with no workflow looked up but those tried. The windows are one ``UNION ALL``,
+    each after the first gated by a condition PostgreSQL evaluates only if the ones before
+    gave nothing; a window's rows are read as they are tried, so the first claimable row
+    ends the reading.
     """
-    tried = of_row.lateral("window_row")
+    branches: list[Any] = []
+    not_before: list[Any] = []
+    for size in (*CLAIM_WINDOWS, None):
+        rows = _scheduled_rows(queued=queued, due=due, size=size)
+        name = f"first_of_{size or 'all'}"
+        found = _first_of(rows, of_row(rows), f"tried_{size or 'all'}")
+        found = found.cte(name) if size is not None else found.subquery(name)
+        branches.append(select(*found.c).where(*not_before))
+        if size is not None:
+            full = select(func.count()).select_from(rows).scalar_subquery() == size
+            not_before += [~select(found.c[0]).exists(), full]
+    # At most one branch gives a row; the LIMIT says so to the planner (which would count
+    # one per branch) and stops the reading at the first.
+    return union_all(*branches).limit(literal_column("1", Integer))
+
+
+def _first_of(rows: Any, of_row: Any, name: str) -> Any:
     one = literal_column("1", Integer)
-    first = (
-        select(*tried.c).select_from(window).join(tried, true()).limit(one).cte("first_in_window")
-    )
-    beyond = everywhere.subquery("beyond_window")
-    size = literal_column(str(CLAIM_WINDOW), Integer)
-    window_was_full = select(func.count()).select_from(window).scalar_subquery() == size
-    return union_all(
-        select(*first.c),
-        select(*beyond.c).where(~select(first.c[0]).exists(), window_was_full),
-    )
-
-
-def within_window(claim_of: Callable[[Any], Any], *, queued: bool) -> Any:
-    """A claim (PostgreSQL, not by id) whose cost depends neither on the planner's statistics
-    nor on how many rows are due (:func:`first_in_window`). ``claim_of(None)`` must give the
-    claim of every due row (``_claim_stmt``, with the caller's columns and conditions),
-    ``claim_of(window)`` the same claim of one row of ``window`` (``_claim_stmt(row=…)``)."""
-    window = _window(queued=queued, due=True)
-    return first_in_window(window, claim_of(window), claim_of(None))
+    # LIMIT 1 of its own (it gives one row at most anyway): PostgreSQL would otherwise merge
+    # a subquery without one (nor FOR UPDATE) into the outer join, and be free to join it
+    # any way it likes — on tables planned while empty, by reading every workflow.
+    tried = of_row.limit(one).lateral(name)
+    return select(*tried.c).select_from(rows).join(tried, true()).limit(one)
 
 
 def _claim_locked(session: Session, core: Any, params: dict[str, Any]) -> tuple[int, int] | None:
@@ -362,13 +375,13 @@ def _core_claim(stmt: Any) -> Any:
 
 @functools.lru_cache(maxsize=8)
 def _windowed_core_claim(queued: bool, shape: Shape) -> Any:
-    """:func:`_core_claim` of the claim of any due row, through :func:`within_window`."""
+    """:func:`_core_claim` of the claim of any due row, through :func:`first_in_order`."""
 
     def claim_of(row: Any) -> Any:
         claim = _claim_stmt(by_id=False, queued=queued, mysql=False, shape=shape, row=row)
         return _core_claim(claim)
 
-    return within_window(claim_of, queued=queued)
+    return first_in_order(claim_of, queued=queued, due=True)
 
 
 @functools.lru_cache(maxsize=8)
@@ -487,14 +500,14 @@ def next_claimable_due_time(
 @functools.lru_cache(maxsize=8)
 def _next_due_stmt(*, queued: bool, shape: Shape, windowed: bool) -> Any:
     """:func:`next_claimable_due_time`'s query; on PostgreSQL the first scheduled rows first
-    (:func:`first_in_window`)."""
+    (:func:`first_in_order`)."""
     wf = workflow_model()
 
     def ready(stmt: Any) -> Any:
         stmt = stmt.where(_workflow_is_ready(wf))
         return stmt if shape is None else stmt.where(_loaded_classes_only(wf, shape))
 
-    everywhere = ready(
+    stmt = ready(
         select(StepExecution.scheduled_for)
         .join(wf, wf.id == StepExecution.workflow_id)
         .where(in_state(StepExecution.state, ExecutionState.SCHEDULED))
@@ -502,15 +515,14 @@ def _next_due_stmt(*, queued: bool, shape: Shape, windowed: bool) -> Any:
         .limit(1)
     )
     if queued:
-        everywhere = everywhere.where(StepExecution.queue.in_(bindparam("queues", expanding=True)))
+        stmt = stmt.where(StepExecution.queue.in_(bindparam("queues", expanding=True)))
     if not windowed:
-        return everywhere
-    window = _window(queued=queued, due=False)
-    # The window's due time, if its workflow (found by primary key) is ready.
-    of_row = ready(
-        select(window.c.scheduled_for).select_from(wf).where(wf.id == window.c.workflow_id)
-    )
-    return first_in_window(window, of_row, everywhere)
+        return stmt
+
+    def due_time_of(row: Any) -> Any:  # if its workflow, found by primary key, is ready
+        return ready(select(row.c.scheduled_for).select_from(wf).where(wf.id == row.c.workflow_id))
+
+    return first_in_order(due_time_of, queued=queued, due=False)
 
 
 def unclaimable_counts(session: Session, scope: ClaimScope) -> list[tuple[str, str | None, int]]:

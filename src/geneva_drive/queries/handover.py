@@ -48,7 +48,7 @@ from .bypass import (
     execute_direct,
     mark_written,
 )
-from .claims import ClaimScope, _claim_stmt, loaded_classes_in_arrays, within_window
+from .claims import ClaimScope, _claim_stmt, first_in_order, loaded_classes_in_arrays
 from .executions import completion_ctes, completion_params
 
 if TYPE_CHECKING:
@@ -213,14 +213,21 @@ def _statement(
             executions.c.id, executions.c.workflow_id, executions.c.step_name, startable.label("go")
         )
 
-    # The first due rows first, as the worker's own claim does (claims.within_window).
-    c = within_window(claim_of, queued=queued).cte("c")
+    # The due rows in claim order, each tried by primary key (claims.first_in_order).
+    c = first_in_order(claim_of, queued=queued, due=True).cte("c")
+    # The claimed row's values as scalars, not a join with c: each start then finds its row
+    # by primary key whatever the planner believes of the tables. (Joined, on tables planned
+    # while empty, it hash-joined c with a read of every execution and every workflow.)
+    claimed_id, claimed_workflow, claimed_step, go = (
+        select(column).scalar_subquery()
+        for column in (c.c.id, c.c.workflow_id, c.c.step_name, c.c.go)
+    )
     # Aliased, for a shorter text: each returns every column of its row.
     x, y = executions.alias("x"), workflows.alias("y")
     execution_columns = StepExecution.__mapper__.column_attrs
     s = (
         update(x)
-        .where(x.c.id == c.c.id, c.c.go)
+        .where(x.c.id == claimed_id, go)
         .values(
             {x.c[execution_columns[key].columns[0].key]: bindparam(f"s_v_{key}") for key in started}
         )
@@ -230,10 +237,10 @@ def _statement(
     # What writer.start writes to the workflow, in SQL: performing, at the claimed step.
     v = (
         update(y)
-        .where(y.c.id == c.c.workflow_id, c.c.go)
+        .where(y.c.id == claimed_workflow, go)
         .values(
             state=bindparam("performing", type_=workflows.c.state.type),
-            current_step_name=c.c.step_name,
+            current_step_name=claimed_step,
             started_at=func.coalesce(y.c.started_at, bindparam("now")),
             updated_at=bindparam("now"),
         )
