@@ -6,9 +6,12 @@ For each size, a fresh database is filled in bulk (INSERT … SELECT over a recu
 size/3 workflows, three executions each. Almost all are history (finished a day ago, inside
 the 30-day retention); ``--old`` of them (100) finished 40 days ago, so the first housekeeping
 pass has a little to delete — the steady state of a regularly run housekeeping. A fixed
-backlog stays the same at every size: 1,000 workflows with a step due now and 1,000 with a
-step due tomorrow. Then:
-- the worker's claim (``queries.claim_due_execution``, in a transaction rolled back after);
+backlog stays the same at every size: ``--backlog`` (1,000) workflows with a step due now and
+as many with a step due tomorrow, the first ``--paused`` (0) of those due now paused (their
+rows stay due for ``resume()``, at the head of the queue). The statistics are ANALYZE's, as
+autovacuum keeps them. Then, with the scope a worker claims in (its loaded classes):
+- the worker's claim (``queries.claim_due_execution``, in a transaction rolled back after),
+  on every queue and on one;
 - ``queries.next_claimable_due_time`` (the idle worker's sleep query);
 - ``geneva_drive.housekeeping.run()`` passes (cleanup, lease/stuck recovery, gauges): the
   first (untimed) deletes the old rows and its statements are EXPLAINed — with the statistics
@@ -30,11 +33,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _gd
+import gd_app  # noqa: F401  the workflow classes a worker of this benchmark loads
 from _common import emit, log, machine, percentile, start_postgres
 from sqlalchemy import DateTime, bindparam, event, text
 from sqlalchemy.orm import Session
 
 from geneva_drive import queries
+from geneva_drive.loaded import claim_scope
 
 BACKLOG = 1000  # due now; as many again due tomorrow
 
@@ -82,8 +87,10 @@ def fill(  # type: ignore[no-untyped-def]
     age_days: float = 1,
     ongoing: int = 2 * BACKLOG,
     old: int = 0,
+    paused: int = 0,
 ) -> float:
-    """Insert size/3 workflows with three executions each; ``ongoing`` of them not finished,
+    """Insert size/3 workflows with three executions each; ``ongoing`` of them not finished
+    (the first half of those due now, the rest tomorrow), the first ``paused`` of them paused,
     the first ``old`` finished 40 days ago (past the 30-day retention)."""
     workflows = size // 3
     now = datetime.now(UTC).replace(tzinfo=None)
@@ -115,6 +122,15 @@ def fill(  # type: ignore[no-untyped-def]
                         f"(SELECT max({column}) FROM {table}))"
                     )
                 )
+    if paused:
+        with engine.begin() as conn:
+            conn.execute(
+                text(
+                    "UPDATE geneva_drive_workflows SET state = 'paused' "
+                    "WHERE id > :first AND id <= :first + :paused"
+                ),
+                {"first": workflows - ongoing, "paused": min(paused, ongoing // 2)},
+            )
     with engine.begin() as conn:
         if dialect == "mariadb":
             for table in ("geneva_drive_workflows", "geneva_drive_step_executions"):
@@ -216,30 +232,45 @@ def timed(fn, repeat: int) -> dict:  # type: ignore[no-untyped-def]
 
 
 def measure(
-    url: str, size: int, dialect: str, repeat: int, hk_repeat: int, parts: set[str], old: int
+    url: str,
+    size: int,
+    dialect: str,
+    repeat: int,
+    hk_repeat: int,
+    parts: set[str],
+    old: int,
+    backlog: int = BACKLOG,
+    paused: int = 0,
 ) -> dict:
     engine, config = _gd.prepare(url)
     log(f"flatcost: filling {size} executions")
-    fill_s = fill(engine, size, dialect, old=old)
+    fill_s = fill(engine, size, dialect, old=old, ongoing=2 * backlog, paused=paused)
     factory = config.session_factory()
     now = datetime.now(UTC)
+    every_queue, one_queue = claim_scope(None), claim_scope(["default"])
 
     def claim() -> None:
         with factory() as session, session.begin():
-            found = queries.claim_due_execution(session, now, None)
+            found = queries.claim_due_execution(session, now, every_queue)
             assert found is not None, "the backlog should have a due row"
             session.rollback()
 
     def claim_queue() -> None:
         with factory() as session, session.begin():
-            assert queries.claim_due_execution(session, now, ["default"]) is not None
+            assert queries.claim_due_execution(session, now, one_queue) is not None
             session.rollback()
 
     def next_due() -> None:
         with factory() as session:
-            queries.next_claimable_due_time(session, None)
+            queries.next_claimable_due_time(session, every_queue)
 
-    result: dict = {"bench": "flatcost", "backend": dialect, "executions": size}
+    result: dict = {
+        "bench": "flatcost",
+        "backend": dialect,
+        "executions": size,
+        "backlog": backlog,
+        "paused": paused,
+    }
     result["fill_s"] = round(fill_s, 1)
     if "claim" in parts:
         for name, fn in (
@@ -302,6 +333,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument(
         "--old", type=int, default=100, help="workflows past the retention at the start"
     )
+    parser.add_argument(
+        "--backlog", type=int, default=BACKLOG, help="workflows due now (and as many tomorrow)"
+    )
+    parser.add_argument(
+        "--paused", type=int, default=0, help="of those due now, paused at the head of the queue"
+    )
     parser.add_argument("--durability", choices=["durable", "async"], default="async")
     parser.add_argument("--explain", action="store_true", help="print the full plans")
     args = parser.parse_args(argv)
@@ -320,7 +357,15 @@ def main(argv: list[str] | None = None) -> list[dict]:
             else:
                 url = _gd.sqlite_url(Path(tempfile.mkdtemp(prefix="gd-bench-sqlite-")))
             result = measure(
-                url, size, args.backend, args.repeat, args.housekeeping_repeat, parts, args.old
+                url,
+                size,
+                args.backend,
+                args.repeat,
+                args.housekeeping_repeat,
+                parts,
+                args.old,
+                args.backlog,
+                args.paused,
             )
             if not args.explain:
                 for key in ("explain_worker", "explain_housekeeping"):
