@@ -343,12 +343,18 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--explain", action="store_true", help="print the full plans")
     args = parser.parse_args(argv)
     parts = set(args.parts.split(","))
+    sizes = [int(s) for s in args.sizes.split(",")]
+    if 3 * 2 * args.backlog > min(sizes):
+        parser.error(
+            f"--backlog {args.backlog} needs {2 * args.backlog} ongoing workflows, three "
+            f"executions each: every --sizes must be at least {6 * args.backlog}"
+        )
     server = start_postgres(args.durability) if args.backend == "postgresql" else None
     mariadb = _mariadb_server() if args.backend == "mariadb" else None
     results = []
     try:
         emit(bench="machine", **machine())
-        for size in [int(s) for s in args.sizes.split(",")]:
+        for size in sizes:
             name = None
             if server is not None:
                 name, url = server.create_database("flat")
