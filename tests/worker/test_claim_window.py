@@ -43,6 +43,16 @@ def _queued_one_second_apart(session: Session, clock: Any, count: int) -> list[A
     return made
 
 
+def _paused_one_second_apart(session: Session, clock: Any, count: int) -> list[Any]:
+    """:func:`_queued_one_second_apart`, each then paused: its next step stays due for
+    ``resume()``, claimable by nobody."""
+    paused = _queued_one_second_apart(session, clock, count)
+    for workflow in paused:
+        workflow.pause()
+    session.commit()
+    return paused
+
+
 def _paused_at_the_head(session: Session, clock: Any, count: int) -> None:
     """``count`` paused workflows whose next steps are due before any other's."""
     created = WorkerScaleThreeSteps.create_many(session, count=count).created
@@ -64,11 +74,8 @@ def _claim(gd: Any, clock: Any) -> tuple[int, int] | None:
 def test_a_claim_passes_over_more_paused_workflows_than_its_window_holds(gd, session, clock):
     # A paused workflow keeps its scheduled execution for resume(): due long ago, at the head
     # of the queue, claimable by nobody.
-    paused = _queued_one_second_apart(session, clock, BEYOND_THE_WINDOW)
+    _paused_one_second_apart(session, clock, BEYOND_THE_WINDOW)
     runnable, _later = _queued_one_second_apart(session, clock, 2)
-    for workflow in paused:
-        workflow.pause()
-    session.commit()
 
     claimed = _claim(gd, clock)
 
@@ -137,11 +144,8 @@ def test_a_claim_within_the_window_takes_the_first_claimable_row_and_locks_no_ot
 
 
 def test_a_finishing_workflow_hands_over_past_a_full_window(gd, session, clock, engine: Engine):
-    paused = _queued_one_second_apart(session, clock, BEYOND_THE_WINDOW)
+    paused = _paused_one_second_apart(session, clock, BEYOND_THE_WINDOW)
     runnable, next_one = _queued_one_second_apart(session, clock, 2)
-    for workflow in paused:
-        workflow.pause()
-    session.commit()
 
     options = RunOptions(worker_id="test", chain=lambda queue: True)
     while claim_and_run(claim_scope(None), options, gd):
@@ -160,10 +164,7 @@ def test_the_next_due_time_passes_over_more_paused_workflows_than_the_window_hol
 ):
     # Paused workflows' rows are due in the past; an idle worker timing its sleep on them
     # would spin. What it waits for is the first row it could claim.
-    paused = _queued_one_second_apart(session, clock, BEYOND_THE_WINDOW)
-    for workflow in paused:
-        workflow.pause()
-    session.commit()
+    _paused_one_second_apart(session, clock, BEYOND_THE_WINDOW)
     start = clock.now()
     clock.advance(hours=1)
     (later,) = _queued_one_second_apart(session, clock, 1)

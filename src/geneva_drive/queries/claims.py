@@ -157,25 +157,25 @@ def claim_due_execution(
 def _claim(
     session: Session, now: datetime, scope: ClaimScope, execution_id: int | None = None
 ) -> tuple[int, int] | None:
-    mysql = is_mysql(session)
     params: dict[str, Any] = {"now": now, **scope.params}
     if execution_id is not None:
         params["execution_id"] = execution_id
-    if scope.queues:
+    queued = bool(scope.queues)
+    if queued:
         params["queues"] = list(scope.queues)
+    if execution_id is None and is_postgresql(session):
+        # The due rows in claim order, tried one by one (see first_in_order).
+        return _claim_locked(session, _windowed_core_claim(queued, scope.shape), params)
+    mysql = is_mysql(session)
     stmt = _claim_stmt(
-        by_id=execution_id is not None, queued=bool(scope.queues), mysql=mysql, shape=scope.shape
+        by_id=execution_id is not None, queued=queued, mysql=mysql, shape=scope.shape
     )
     if mysql:
         # No FOR UPDATE OF on MariaDB: candidates without locks, then their workflow rows one
         # by one (see the helper).
         candidates = session.execute(stmt, params).all()
         return _mysql_lock_first_claimable(session, candidates, now, scope.queues)
-    if execution_id is None and is_postgresql(session):
-        stmt = _windowed_core_claim(bool(scope.queues), scope.shape)
-    else:
-        stmt = _core_claim(stmt)
-    return _claim_locked(session, stmt, params)
+    return _claim_locked(session, _core_claim(stmt), params)
 
 
 @functools.lru_cache(maxsize=32)
