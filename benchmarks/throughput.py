@@ -99,7 +99,14 @@ def one_mode(args: argparse.Namespace, server, processes: int) -> dict:  # type:
             if driver is not None:
                 driver.start()
             with waits or contextlib.nullcontext():
-                run = _gd.run_processes(engine, procs, args.workflows, started, t0)
+                run = _gd.run_processes(
+                    engine,
+                    procs,
+                    args.workflows,
+                    started,
+                    t0,
+                    all_created=(lambda: not driver.is_alive()) if driver is not None else None,
+                )
             host = host_cores(host0)
         finally:
             if driver is not None:
