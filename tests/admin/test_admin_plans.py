@@ -103,7 +103,7 @@ def _statements(gd: Any, call: Callable[[], Any]) -> list[tuple[str, Any]]:
 def _postgres_plan(gd: Any, statement: str, parameters: dict[str, Any]) -> str:
     """The plan PostgreSQL's plan cache settles on for ``statement`` once it is prepared.
 
-    psycopg prepares a statement on its fifth run; the server then plans the next five with
+    psycopg prepares a statement on its sixth run; the server then plans the next five with
     the values (custom plans) and from then on uses a generic plan only if that one is not
     dearer. So: PREPARE, EXECUTE six times, then EXPLAIN EXECUTE — what production runs.
     """

@@ -35,7 +35,7 @@ def in_state(column: Any, *states: ExecutionState) -> Any:
 
     Why not parameters: the executions' partial indexes (``… WHERE state = 'scheduled'``, the
     claim's, the lease sweep's, the waiting gauges') are matched against the query's text. psycopg
-    prepares a statement on its fifth run and PostgreSQL then plans it once, generically; with
+    prepares a statement on its sixth run and PostgreSQL then plans it once, generically; with
     the state as a parameter that plan cannot use a partial index. The claim then sorted every
     due row for each claim: 14 ms a claim at 8,000 due rows, growing with the backlog, against
     0.13 ms reading the first entry of the partial index. The states are the library's own

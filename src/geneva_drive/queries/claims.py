@@ -263,7 +263,7 @@ def _scheduled_rows(*, queued: bool, due: bool, size: int | None) -> Any:
 def _unseen_by_the_planner(value: Any) -> Any:
     """``value`` as ``(SELECT value)``: evaluated once at run time, never known to the plan.
 
-    psycopg prepares a statement on its fifth run, and PostgreSQL then plans it five more times
+    psycopg prepares a statement on its sixth run, and PostgreSQL then plans it five more times
     with the parameters' values (custom plans) before it compares their average cost, plus an
     allowance for the planning itself, with the cost of one plan for any value (the generic
     plan), and keeps planning every run if the generic one costs more. Knowing ``now``, the
@@ -274,7 +274,7 @@ def _unseen_by_the_planner(value: Any) -> Any:
     planned at every workflow's finish (1.2 ms of the server's CPU each, half its work per
     step at 8,000 workflows), and its custom plans took a partial index of in-progress rows
     for a look-up by primary key. Unseen, the value leaves both plans the same estimate, and
-    the generic plan, which skips the planning, wins from the sixth run on.
+    the generic plan, which skips the planning, is kept from the eleventh run on.
     """
     return select(value).scalar_subquery()
 
