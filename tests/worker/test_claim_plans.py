@@ -1,7 +1,7 @@
 """The claim reads the due rows' partial index, on PostgreSQL's generic plans and on SQLite,
 and on PostgreSQL costs the same however many rows are due, before ANALYZE or after.
 
-psycopg prepares a statement on its fifth run, and PostgreSQL then keeps one generic plan for
+psycopg prepares a statement on its sixth run, and PostgreSQL then keeps one generic plan for
 it, made without the parameters' values. A partial index (``WHERE state = 'scheduled'``) is
 matched against the query's text, so the claim writes its state into the SQL: with the state
 as a parameter, the generic plan sorted every due row for every claim, a cost that grew with
