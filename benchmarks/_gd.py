@@ -127,18 +127,20 @@ def run_in_process(
     started = time.time()
     t0 = time.perf_counter()
     thread.start()
-    engine = poll_engine(config.require_engine())
+    polling = poll_engine(config.require_engine())
     deadline = t0 + timeout
-    while True:
-        polls += 1
-        if done(engine, total):
-            break
-        if time.perf_counter() > deadline:
-            worker.stop()
-            raise TimeoutError(f"in-process worker: not done after {timeout}s")
-        time.sleep(POLL)
+    try:
+        while True:
+            polls += 1
+            if done(polling, total):
+                break
+            if time.perf_counter() > deadline:
+                worker.stop()
+                raise TimeoutError(f"in-process worker: not done after {timeout}s")
+            time.sleep(POLL)
+    finally:
+        polling.dispose()
     seconds = time.perf_counter() - t0
-    engine.dispose()
     worker.stop()
     thread.join(30)
     return Run(started, seconds, polls)
@@ -234,17 +236,17 @@ def run_processes(
     all_created: Callable[[], bool] | None = None,
 ) -> Run:
     polls = 0
-    engine = poll_engine(engine)
+    polling = poll_engine(engine)
     try:
         while True:
             polls += 1
-            if done(engine, total, all_created):
+            if done(polling, total, all_created):
                 break
             if time.perf_counter() - t0 > timeout:
                 raise TimeoutError(f"worker processes: not done after {timeout}s")
             time.sleep(POLL)
     finally:
-        engine.dispose()
+        polling.dispose()
     seconds = time.perf_counter() - t0
     gauges = gauges_of(procs)  # read while alive: /proc goes with them
     return Run(started, seconds, polls, gauges)

@@ -226,13 +226,13 @@ def test_on_a_large_analysed_backlog_the_handover_keeps_its_generic_plan(gd, ses
 
     _analysed_backlog(gd, session, 8000)
     runs = iter(range(60))  # 20 workflows: one handover each, and two chained steps
-    # Every class (a worker's own scope names its loaded classes, which here are this test
-    # suite's hundreds: their array makes every custom plan dearer, and the generic one won
-    # even before; with the benchmarks' nine it lost as with none).
 
     def chain(queue: str) -> bool:
         return next(runs, None) is not None
 
+    # Every class (a worker's own scope names its loaded classes, which here are this test
+    # suite's hundreds: their array makes every custom plan dearer, and the generic one won
+    # even before; with the benchmarks' nine it lost as with none).
     assert claim_and_run(ClaimScope(), RunOptions(worker_id="w", chain=chain), gd)
 
     plans = _prepared_plans(gd.engine, "first_of_16")
