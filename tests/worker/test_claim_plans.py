@@ -192,51 +192,35 @@ def _sqlite_plan(gd: Any, statement: str, parameters: Any) -> list[str]:
         raw.close()
 
 
-def _prepared_plans(engine: Any, marker: str) -> list[tuple[int, int]]:
-    """(generic plans, custom plans) of the statements containing ``marker`` that psycopg has
-    prepared on the pool's idle connections."""
-    pool: Any = engine.pool
-    connections = [engine.connect() for _ in range(pool.checkedin())]
-    try:
-        return [
-            (int(generic), int(custom))
-            for connection in connections
-            for generic, custom in connection.exec_driver_sql(
-                "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
-                "WHERE strpos(statement, %(marker)s) > 0",
-                {"marker": marker},
-            )
-        ]
-    finally:
-        for connection in connections:
-            connection.close()
-
-
-def test_on_a_large_analysed_backlog_the_handover_keeps_its_generic_plan(gd, session, db_backend):
+def test_on_a_large_analysed_backlog_the_claim_keeps_its_generic_plan(
+    gd, session, clock, db_backend
+):
     # PostgreSQL plans a prepared statement five times with its parameters' values, then
     # keeps one generic plan unless that one costs more than the custom ones did (plus an
     # allowance for planning). Knowing `now`, the custom plans expected every scheduled row to
     # be due; the generic plan a third of them, which it sorted in the claim's last window.
-    # Past about 5,000 scheduled rows the generic plan lost, and the handover was planned at
-    # every workflow's finish: 1.2 ms of the server's CPU each, at 8,000 workflows half of
-    # its CPU per step (claims._unseen_by_the_planner).
+    # Past about 5,000 scheduled rows the generic plan lost, and every claim was planned anew:
+    # 1.2 ms of the server's CPU each (claims._unseen_by_the_planner). Found in the handover,
+    # which held every window until it kept only the first (queries.handover).
     if db_backend != "postgresql":
-        pytest.skip("the handover and the plan cache are PostgreSQL's")
-    from geneva_drive.executor import RunOptions, claim_and_run
+        pytest.skip("the windows and the plan cache are PostgreSQL's")
+    from sqlalchemy.orm import Session
 
     _analysed_backlog(gd, session, 8000)
-    runs = iter(range(60))  # 20 workflows: one handover each, and two chained steps
-
-    def chain(queue: str) -> bool:
-        return next(runs, None) is not None
-
-    # Every class (a worker's own scope names its loaded classes, which here are this test
-    # suite's hundreds: their array makes every custom plan dearer, and the generic one won
-    # even before; with the benchmarks' nine it lost as with none).
-    assert claim_and_run(ClaimScope(), RunOptions(worker_id="w", chain=chain), gd)
-
-    plans = _prepared_plans(gd.engine, "first_of_16")
-    assert plans, "the handover was not prepared"
+    with gd.engine.connect() as connection:
+        # One connection, and every claim committed: psycopg forgets what it prepared on a
+        # connection at each rollback.
+        for _ in range(20):
+            with Session(bind=connection) as claiming, claiming.begin():
+                assert queries.claim_due_execution(claiming, clock.now(), ClaimScope())
+        plans = [
+            (int(generic), int(custom))
+            for generic, custom in connection.exec_driver_sql(
+                "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
+                "WHERE strpos(statement, 'first_of_1024') > 0"
+            )
+        ]
+    assert plans, "the claim was not prepared"
     for generic, custom in plans:
         # psycopg prepares it on its sixth run; PostgreSQL then plans it five times with the
         # values, and once for all.

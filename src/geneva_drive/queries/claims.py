@@ -270,16 +270,23 @@ def _unseen_by_the_planner(value: Any) -> Any:
     custom plans of the claim's last window (every due row, see :func:`first_in_order`) expect
     every scheduled row to be due and read them in the index's order; the generic plan expects
     a third of them, and sorts them. Its cost then grows with the backlog until, past about
-    5,000 scheduled rows, the generic plan loses: the handover, which holds the claim, was
-    planned at every workflow's finish (1.2 ms of the server's CPU each, half its work per
-    step at 8,000 workflows), and its custom plans took a partial index of in-progress rows
-    for a look-up by primary key. Unseen, the value leaves both plans the same estimate, and
-    the generic plan, which skips the planning, is kept from the eleventh run on.
+    5,000 scheduled rows, the generic plan loses: every claim is planned anew (1.2 ms of the
+    server's CPU each). Found in the handover, which then held every window and was planned
+    at every workflow's finish (half its work per step at 8,000 workflows); its custom plans
+    also took a partial index of in-progress rows for a look-up by primary key. Unseen, the
+    value leaves both plans the same estimate, and the generic plan, which skips the
+    planning, is kept from the eleventh run on.
     """
     return select(value).scalar_subquery()
 
 
-def first_in_order(of_row: Callable[[Any], Any], *, queued: bool, due: bool) -> Any:
+def first_in_order(
+    of_row: Callable[[Any], Any],
+    *,
+    queued: bool,
+    due: bool,
+    windows: tuple[int | None, ...] = (*CLAIM_WINDOWS, None),
+) -> Any:
     """The first row that ``of_row`` gives for a scheduled execution, the executions taken
     in the order of :func:`_scheduled_rows` (``queued``, ``due``). PostgreSQL.
 
@@ -312,11 +319,12 @@ def first_in_order(of_row: Callable[[Any], Any], *, queued: bool, due: bool) -> 
     still with no workflow looked up but those tried. The windows are one ``UNION ALL``,
     each after the first gated by a condition PostgreSQL evaluates only if the ones before
     gave nothing; a window's rows are read as they are tried, so the first claimable row
-    ends the reading.
+    ends the reading. ``windows``: their sizes (None: every row), the claim's by default; the
+    handover tries only the first (see ``queries.handover``).
     """
     branches: list[Any] = []
     not_before: list[Any] = []
-    for size in (*CLAIM_WINDOWS, None):
+    for size in windows:
         rows = _scheduled_rows(queued=queued, due=due, size=size)
         name = f"first_of_{size or 'all'}"
         found = _first_of(rows, of_row(rows), f"tried_{size or 'all'}")
@@ -325,6 +333,8 @@ def first_in_order(of_row: Callable[[Any], Any], *, queued: bool, due: bool) -> 
         if size is not None:
             full = select(func.count()).select_from(rows).scalar_subquery() == size
             not_before += [~select(found.c[0]).exists(), full]
+    if len(branches) == 1:
+        return branches[0]  # one row at most already (_first_of)
     # At most one branch gives a row; the LIMIT says so to the planner (which would count
     # one per branch) and stops the reading at the first.
     return union_all(*branches).limit(literal_column("1", Integer))

@@ -14,6 +14,16 @@ When the claimed row is not such a step, the statement locks it but starts nothi
 transaction of its own, the lock goes with it and the worker's next ordinary claim finds the
 same row first, so the order of claims is kept; otherwise the transaction goes on and the
 executor claims the row again there, where its phase 1 runs as usual.
+
+The claim in it tries only the first due rows (the first of the claim's windows, 16), not the
+wider windows behind them that the worker's ordinary claim falls back on. When none of those
+can be claimed (paused workflows at the head of the queue, classes this worker has not
+loaded, rows other workers are claiming at that moment), the statement claims nothing, the
+chain ends, and the worker's next claim, an ordinary one, goes past them: one more
+transaction in that case. Every window is a dozen plan nodes that PostgreSQL initialises
+and tears down at every run of the statement, used or not; the two fallback windows were
+13 % of the server's instructions per step on a backlog, the widest alone 8 %
+(``benchmarks/server_instructions.py``).
 """
 
 from __future__ import annotations
@@ -48,7 +58,13 @@ from .bypass import (
     execute_direct,
     mark_written,
 )
-from .claims import ClaimScope, _claim_stmt, first_in_order, loaded_classes_in_arrays
+from .claims import (
+    CLAIM_WINDOWS,
+    ClaimScope,
+    _claim_stmt,
+    first_in_order,
+    loaded_classes_in_arrays,
+)
 from .executions import completion_ctes, completion_params
 
 if TYPE_CHECKING:
@@ -213,8 +229,9 @@ def _statement(
             executions.c.id, executions.c.workflow_id, executions.c.step_name, startable.label("go")
         )
 
-    # The due rows in claim order, each tried by primary key (claims.first_in_order).
-    c = first_in_order(claim_of, queued=queued, due=True).cte("c")
+    # The first due rows in claim order, each tried by primary key (claims.first_in_order):
+    # only the first window, see the module's docstring.
+    c = first_in_order(claim_of, queued=queued, due=True, windows=CLAIM_WINDOWS[:1]).cte("c")
     # The claimed row's values as scalars, not a join with c: each start then finds its row
     # by primary key whatever the planner believes of the tables. (Joined, on tables planned
     # while empty, it hash-joined c with a read of every execution and every workflow.)
