@@ -167,6 +167,38 @@ def test_a_finishing_workflow_past_a_full_window_leaves_the_next_to_an_ordinary_
     }
 
 
+def test_behind_a_full_window_of_paused_rows_the_next_handovers_claim_past_it(
+    gd, session, clock, db_backend
+):
+    _paused_one_second_apart(session, clock, BEYOND_THE_WINDOW)
+    queued = _queued_one_second_apart(session, clock, 4)
+
+    options = RunOptions(worker_id="test", chain=lambda queue: True)
+    runs = 0
+    while claim_and_run(claim_scope(None), options, gd):
+        runs += 1
+
+    # The first handover's claim, narrow, finds the paused rows and nothing else: the chain
+    # ends, and the worker's ordinary claim takes the second workflow. From then on the
+    # handovers claim with every window, as the ordinary claim does, and the third and the
+    # fourth workflows run in that same chain (four runs, without the widening).
+    assert runs == (2 if db_backend == "postgresql" else 1)
+    assert [trail(session, workflow) for workflow in queued] == [THREE_DONE] * 4
+
+
+def test_wide_handovers_run_out(gd, session, clock, db_backend):
+    queued = _queued_one_second_apart(session, clock, 3)
+
+    options = RunOptions(worker_id="test", chain=lambda queue: True, wide_handovers=2)
+    while claim_and_run(claim_scope(None), options, gd):
+        pass
+
+    # Three handovers on PostgreSQL (the last finds nothing due): two wide, then one narrow,
+    # which finds no full window and widens nothing. Elsewhere there is no handover.
+    assert options.wide_handovers == (0 if db_backend == "postgresql" else 2)
+    assert [trail(session, workflow) for workflow in queued] == [THREE_DONE] * 3
+
+
 def test_the_next_due_time_passes_over_more_paused_workflows_than_the_window_holds(
     gd, session, clock
 ):

@@ -15,15 +15,17 @@ transaction of its own, the lock goes with it and the worker's next ordinary cla
 same row first, so the order of claims is kept; otherwise the transaction goes on and the
 executor claims the row again there, where its phase 1 runs as usual.
 
-The claim in it tries only the first due rows (the first of the claim's windows, 16), not the
-wider windows behind them that the worker's ordinary claim falls back on. When none of those
-can be claimed (paused workflows at the head of the queue, classes this worker has not
-loaded, rows other workers are claiming at that moment), the statement claims nothing, the
-chain ends, and the worker's next claim, an ordinary one, goes past them: one more
-transaction in that case. Every window is a dozen plan nodes that PostgreSQL initialises
-and tears down at every run of the statement, used or not; the two fallback windows were
-13 % of the server's instructions per step on a backlog, the widest alone 8 %
-(``benchmarks/server_instructions.py``).
+Its claim comes in two widths. Narrow (``NextClaim.wide`` false), it tries only the first
+due rows (the first of the claim's windows, 16), not the wider windows behind them that the
+worker's ordinary claim falls back on: every window is a dozen plan nodes that PostgreSQL
+initialises and tears down at every run of the statement, used or not, and on a backlog the
+two fallback windows were 13 % of the server's instructions per step, the widest alone 8 %
+(``benchmarks/server_instructions.py``). When none of those 16 rows can be claimed (paused
+workflows at the head of the queue, classes this worker has not loaded, rows other workers
+are claiming at that moment), it claims nothing, the chain ends, and the worker's next
+claim, an ordinary one, goes past them; the statement says so (``Handover.blocked``), and
+the executor makes its next handovers wide, with every window, as the ordinary claim is,
+for a while (``executor.WIDE_HANDOVERS``) before it tries a narrow one again.
 """
 
 from __future__ import annotations
@@ -37,8 +39,11 @@ from sqlalchemy import (
     String,
     and_,
     bindparam,
+    case,
+    false,
     func,
     literal_column,
+    null,
     select,
     true,
     tuple_,
@@ -62,6 +67,7 @@ from .claims import (
     CLAIM_WINDOWS,
     ClaimScope,
     _claim_stmt,
+    _scheduled_rows,
     first_in_order,
     loaded_classes_in_arrays,
 )
@@ -75,14 +81,16 @@ if TYPE_CHECKING:
 class NextClaim:
     """What to claim after the completion, and how to start it: the worker's ``scope``; the
     clock's ``now``; the execution's columns as ``writer.start`` writes them (``started``);
-    the (workflow type, step name) pairs it may start (``direct``, two tuples); and whether
-    the statement may run as a transaction of its own (``alone``)."""
+    the (workflow type, step name) pairs it may start (``direct``, two tuples); whether
+    the statement may run as a transaction of its own (``alone``); and whether its claim
+    tries every window of due rows or only the first (``wide``, see the module docstring)."""
 
     scope: ClaimScope
     now: datetime
     started: dict[str, Any]
     direct: tuple[tuple[str, ...], tuple[str, ...]]
     alone: bool
+    wide: bool = False
 
 
 @dataclass(frozen=True)
@@ -90,13 +98,15 @@ class Handover:
     """What :func:`finish_and_start_next` did: the completion's two guarded writes; whether
     it claimed a row (``claimed``) and the workflow and execution it started (``started``;
     None: nothing was due, or not a step it may start); whether the statement ran as a
-    transaction of its own (``committed``: then no lock it took is held any more)."""
+    transaction of its own (``committed``: then no lock it took is held any more); and
+    whether a narrow claim found its window full of rows it could not claim (``blocked``)."""
 
     wrote_workflow: bool
     wrote_execution: bool
     claimed: bool
     started: tuple[Workflow, StepExecution] | None
     committed: bool
+    blocked: bool = False
 
 
 def finish_and_start_next(
@@ -129,6 +139,7 @@ def finish_and_start_next(
         tuple(claim.started),
         scope.loaded_only,
         bool(scope.queues),
+        claim.wide,
     )
     params: dict[str, Any] = {
         **completion_params(workflow, navigation, as_started, execution, done),
@@ -146,13 +157,14 @@ def finish_and_start_next(
     row = (execute_alone if claim.alone else execute_direct)(connection, stmt, params)
     committed = not driver_in_transaction(connection)
     wrote_workflow, wrote_execution, claimed = bool(row[0]), bool(row[1]), row[2] is not None
+    blocked = bool(row[3])
     if wrote_workflow:
         mark_written(session, workflow, navigation)
     if wrote_execution:
         mark_written(session, execution, done)
     execution_values, workflow_values = _split(row)
     if execution_values["id"] is None:
-        return Handover(wrote_workflow, wrote_execution, claimed, None, committed)
+        return Handover(wrote_workflow, wrote_execution, claimed, None, committed, blocked)
     next_execution = _loaded(session, StepExecution.__mapper__, execution_values)
     # The row's own class: only loaded classes have steps among the direct pairs.
     next_workflow = _loaded(session, base.polymorphic_map[workflow_values["type"]], workflow_values)
@@ -163,9 +175,9 @@ def finish_and_start_next(
 
 def _split(row: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     """The started execution's and workflow's values by attribute name, from their columns'
-    places in the row (after the two counts and the claimed id)."""
+    places in the row (after the two counts, the claimed id and the blocked flag)."""
     execution_keys, workflow_keys = _attribute_keys()
-    values = row[3:]
+    values = row[4:]
     return (
         dict(zip(execution_keys, values[: len(execution_keys)], strict=True)),
         dict(zip(workflow_keys, values[len(execution_keys) :], strict=True)),
@@ -204,6 +216,7 @@ def _statement(
     started: tuple[str, ...],
     loaded_only: bool,
     queued: bool,
+    wide: bool,
 ) -> Any:
     """Kept short: the claim selects only what the start needs, the classes are bound as two
     arrays, and the rows come back by position, unlabelled. (Still over the 4,096 characters
@@ -229,9 +242,10 @@ def _statement(
             executions.c.id, executions.c.workflow_id, executions.c.step_name, startable.label("go")
         )
 
-    # The first due rows in claim order, each tried by primary key (claims.first_in_order):
-    # only the first window, see the module's docstring.
-    c = first_in_order(claim_of, queued=queued, due=True, windows=CLAIM_WINDOWS[:1]).cte("c")
+    # The due rows in claim order, each tried by primary key (claims.first_in_order): every
+    # window, or only the first (see the module's docstring).
+    windows = (*CLAIM_WINDOWS, None) if wide else CLAIM_WINDOWS[:1]
+    c = first_in_order(claim_of, queued=queued, due=True, windows=windows).cte("c")
     # The claimed row's values as scalars, not a join with c: each start then finds its row
     # by primary key whatever the planner believes of the tables. (Joined, on tables planned
     # while empty, it hash-joined c with a read of every execution and every workflow.)
@@ -268,7 +282,23 @@ def _statement(
         select(func.count()).select_from(w).scalar_subquery().label("w"),
         select(func.count()).select_from(e).scalar_subquery().label("e"),
         select(c.c.id).scalar_subquery().label("c"),
+        _blocked(c, e, queued).label("b") if not wide else null().label("b"),
     ).subquery("k")
-    return select(counts.c.w, counts.c.e, counts.c.c, *s.c, *v.c).select_from(
+    return select(counts.c.w, counts.c.e, counts.c.c, counts.c.b, *s.c, *v.c).select_from(
         counts.outerjoin(s, true()).outerjoin(v, true())
+    )
+
+
+def _blocked(c: Any, e: Any, queued: bool) -> Any:
+    """Whether the narrow claim ``c``, made once the completion ``e`` was written, found
+    nothing in a full first window: the head of the queue holds at least that many rows it
+    could not claim. Counted only then (an InitPlan runs when its value is first needed, and
+    a CASE needs only one branch's)."""
+    size = CLAIM_WINDOWS[0]
+    first = _scheduled_rows(queued=queued, due=True, size=size)  # the window the claim read
+    full = select(func.count()).select_from(first).scalar_subquery() == size
+    return case(
+        (select(c.c.id).exists(), false()),
+        (~select(e.c.id).exists(), false()),
+        else_=full,
     )
