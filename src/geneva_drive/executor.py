@@ -119,14 +119,16 @@ class RunOptions:
     # running thread: what a heartbeat renews (leases.RunningExecutions.started).
     on_started: Callable[[int], None] | None = None
     # How many of the next handovers claim with every window of due rows rather than only the
-    # first (see _hand_over). Shared by a worker's threads: a hint, whose races cost at most
-    # a handover's width.
+    # first, and whether the last narrow one claimed nothing (see _hand_over). Shared by a
+    # worker's threads: hints, whose races cost at most a handover's width.
     wide_handovers: int = 0
+    narrow_handover_missed: bool = False
 
 
-# After a handover whose narrow claim found the head of the queue full of rows it could not
-# claim, this many handovers claim as widely as the ordinary claim, then a narrow one tries
-# again: behind paused rows one narrow miss (one transaction more) per this many workflows.
+# After a handover whose narrow claim found nothing where the ordinary claim that followed
+# found a row (the head of the queue full of rows it could not claim), this many handovers
+# claim as widely as the ordinary claim, then a narrow one tries again: behind paused rows one
+# narrow miss (one transaction more) per this many workflows.
 WIDE_HANDOVERS = 64
 
 
@@ -187,10 +189,21 @@ def claim_and_run(
     then_claim = scope if options.chain is not None else None
     with _step_session(config) as session:
         started = _phase1(session, options, config, scope=scope, claim_id=execution_id)
+        _after_narrow_miss(options, claimed=not isinstance(started, NotClaimed))
         if isinstance(started, NotClaimed):
             return False
         _continue(session, started, options, config, reraise=False, then_claim=then_claim)
         return True
+
+
+def _after_narrow_miss(options: RunOptions, *, claimed: bool) -> None:
+    """After a narrow handover that claimed nothing, the ordinary claim that follows tells
+    why: it found a row (the first due rows could not be claimed: widen the next handovers,
+    see _hand_over), or none (nothing was due)."""
+    if options.narrow_handover_missed:
+        options.narrow_handover_missed = False
+        if claimed:
+            options.wide_handovers = WIDE_HANDOVERS
 
 
 @contextmanager
@@ -908,8 +921,8 @@ def _hand_over(
     handover = completer.finish_and_start_next(
         session, prepared.workflow, after.navigation, as_started, prepared.execution, done, claim
     )
-    if handover is not None and handover.blocked:
-        options.wide_handovers = WIDE_HANDOVERS
+    if handover is not None and not wide and not handover.claimed:
+        options.narrow_handover_missed = True
     return handover
 
 

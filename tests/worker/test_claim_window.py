@@ -179,9 +179,10 @@ def test_behind_a_full_window_of_paused_rows_the_next_handovers_claim_past_it(
         runs += 1
 
     # The first handover's claim, narrow, finds the paused rows and nothing else: the chain
-    # ends, and the worker's ordinary claim takes the second workflow. From then on the
-    # handovers claim with every window, as the ordinary claim does, and the third and the
-    # fourth workflows run in that same chain (four runs, without the widening).
+    # ends, and the worker's ordinary claim takes the second workflow. Having found a row
+    # where the handover found none, it makes the next handovers claim with every window,
+    # and the third and the fourth workflows run in that same chain (four runs, without the
+    # widening).
     assert runs == (2 if db_backend == "postgresql" else 1)
     assert [trail(session, workflow) for workflow in queued] == [THREE_DONE] * 4
 
@@ -193,8 +194,9 @@ def test_wide_handovers_run_out(gd, session, clock, db_backend):
     while claim_and_run(claim_scope(None), options, gd):
         pass
 
-    # Three handovers on PostgreSQL (the last finds nothing due): two wide, then one narrow,
-    # which finds no full window and widens nothing. Elsewhere there is no handover.
+    # Three handovers on PostgreSQL: two wide, then a narrow one that finds nothing due; the
+    # ordinary claim after it finds nothing either, so nothing widens. Elsewhere there is no
+    # handover.
     assert options.wide_handovers == (0 if db_backend == "postgresql" else 2)
     assert [trail(session, workflow) for workflow in queued] == [THREE_DONE] * 3
 

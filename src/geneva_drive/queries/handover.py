@@ -23,9 +23,9 @@ two fallback windows were 13 % of the server's instructions per step, the widest
 (``benchmarks/server_instructions.py``). When none of those 16 rows can be claimed (paused
 workflows at the head of the queue, classes this worker has not loaded, rows other workers
 are claiming at that moment), it claims nothing, the chain ends, and the worker's next
-claim, an ordinary one, goes past them; the statement says so (``Handover.blocked``), and
-the executor makes its next handovers wide, with every window, as the ordinary claim is,
-for a while (``executor.WIDE_HANDOVERS``) before it tries a narrow one again.
+claim, an ordinary one, goes past them; when that one finds a row, the executor makes its
+next handovers wide, with every window, as the ordinary claim is, for a while
+(``executor.WIDE_HANDOVERS``) before it tries a narrow one again.
 """
 
 from __future__ import annotations
@@ -39,11 +39,8 @@ from sqlalchemy import (
     String,
     and_,
     bindparam,
-    case,
-    false,
     func,
     literal_column,
-    null,
     select,
     true,
     tuple_,
@@ -67,7 +64,6 @@ from .claims import (
     CLAIM_WINDOWS,
     ClaimScope,
     _claim_stmt,
-    _scheduled_rows,
     first_in_order,
     loaded_classes_in_arrays,
 )
@@ -98,15 +94,13 @@ class Handover:
     """What :func:`finish_and_start_next` did: the completion's two guarded writes; whether
     it claimed a row (``claimed``) and the workflow and execution it started (``started``;
     None: nothing was due, or not a step it may start); whether the statement ran as a
-    transaction of its own (``committed``: then no lock it took is held any more); and
-    whether a narrow claim found its window full of rows it could not claim (``blocked``)."""
+    transaction of its own (``committed``: then no lock it took is held any more)."""
 
     wrote_workflow: bool
     wrote_execution: bool
     claimed: bool
     started: tuple[Workflow, StepExecution] | None
     committed: bool
-    blocked: bool = False
 
 
 def finish_and_start_next(
@@ -157,14 +151,13 @@ def finish_and_start_next(
     row = (execute_alone if claim.alone else execute_direct)(connection, stmt, params)
     committed = not driver_in_transaction(connection)
     wrote_workflow, wrote_execution, claimed = bool(row[0]), bool(row[1]), row[2] is not None
-    blocked = bool(row[3])
     if wrote_workflow:
         mark_written(session, workflow, navigation)
     if wrote_execution:
         mark_written(session, execution, done)
     execution_values, workflow_values = _split(row)
     if execution_values["id"] is None:
-        return Handover(wrote_workflow, wrote_execution, claimed, None, committed, blocked)
+        return Handover(wrote_workflow, wrote_execution, claimed, None, committed)
     next_execution = _loaded(session, StepExecution.__mapper__, execution_values)
     # The row's own class: only loaded classes have steps among the direct pairs.
     next_workflow = _loaded(session, base.polymorphic_map[workflow_values["type"]], workflow_values)
@@ -175,9 +168,9 @@ def finish_and_start_next(
 
 def _split(row: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     """The started execution's and workflow's values by attribute name, from their columns'
-    places in the row (after the two counts, the claimed id and the blocked flag)."""
+    places in the row (after the two counts and the claimed id)."""
     execution_keys, workflow_keys = _attribute_keys()
-    values = row[4:]
+    values = row[3:]
     return (
         dict(zip(execution_keys, values[: len(execution_keys)], strict=True)),
         dict(zip(workflow_keys, values[len(execution_keys) :], strict=True)),
@@ -282,23 +275,7 @@ def _statement(
         select(func.count()).select_from(w).scalar_subquery().label("w"),
         select(func.count()).select_from(e).scalar_subquery().label("e"),
         select(c.c.id).scalar_subquery().label("c"),
-        _blocked(c, e, queued).label("b") if not wide else null().label("b"),
     ).subquery("k")
-    return select(counts.c.w, counts.c.e, counts.c.c, counts.c.b, *s.c, *v.c).select_from(
+    return select(counts.c.w, counts.c.e, counts.c.c, *s.c, *v.c).select_from(
         counts.outerjoin(s, true()).outerjoin(v, true())
-    )
-
-
-def _blocked(c: Any, e: Any, queued: bool) -> Any:
-    """Whether the narrow claim ``c``, made once the completion ``e`` was written, found
-    nothing in a full first window: the head of the queue holds at least that many rows it
-    could not claim. Counted only then (an InitPlan runs when its value is first needed, and
-    a CASE needs only one branch's)."""
-    size = CLAIM_WINDOWS[0]
-    first = _scheduled_rows(queued=queued, due=True, size=size)  # the window the claim read
-    full = select(func.count()).select_from(first).scalar_subquery() == size
-    return case(
-        (select(c.c.id).exists(), false()),
-        (~select(e.c.id).exists(), false()),
-        else_=full,
     )
