@@ -896,9 +896,10 @@ def _hand_over(
     such a step. After any other, the transaction goes on, and a row it claimed but could
     not start is run from there (the caller).
 
-    Its claim tries only the first due rows, unless a recent handover found them all
-    unclaimable (``RunOptions.wide_handovers``, ``queries.handover``): a claim with every
-    window costs the server 13 % more per step on a backlog, where the first rows always do.
+    Its claim tries only the first due rows, unless a recent narrow one claimed nothing
+    where the ordinary claim after it found a row (``RunOptions.wide_handovers``,
+    ``queries.handover``): a claim with every window costs the server 13 % more per step on
+    a backlog, where the first rows always do.
     """
     if not (completer.hands_over and scope.loaded_only):
         return None

@@ -234,6 +234,8 @@ def _claim_stmt(
 # outnumber the rows other workers are claiming at the same moment; the second the rows an
 # operator leaves at the head of the queue (paused workflows', classes no worker has loaded).
 CLAIM_WINDOWS = (16, 1024)
+# Every window, then every scheduled row (None): the ordinary claim's (see first_in_order).
+EVERY_WINDOW: tuple[int | None, ...] = (*CLAIM_WINDOWS, None)
 
 
 @functools.lru_cache(maxsize=16)
@@ -285,7 +287,7 @@ def first_in_order(
     *,
     queued: bool,
     due: bool,
-    windows: tuple[int | None, ...] = (*CLAIM_WINDOWS, None),
+    windows: tuple[int | None, ...] = EVERY_WINDOW,
 ) -> Any:
     """The first row that ``of_row`` gives for a scheduled execution, the executions taken
     in the order of :func:`_scheduled_rows` (``queued``, ``due``). PostgreSQL.

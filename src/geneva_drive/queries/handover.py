@@ -62,6 +62,7 @@ from .bypass import (
 )
 from .claims import (
     CLAIM_WINDOWS,
+    EVERY_WINDOW,
     ClaimScope,
     _claim_stmt,
     first_in_order,
@@ -237,7 +238,7 @@ def _statement(
 
     # The due rows in claim order, each tried by primary key (claims.first_in_order): every
     # window, or only the first (see the module's docstring).
-    windows = (*CLAIM_WINDOWS, None) if wide else CLAIM_WINDOWS[:1]
+    windows = EVERY_WINDOW if wide else CLAIM_WINDOWS[:1]
     c = first_in_order(claim_of, queued=queued, due=True, windows=windows).cte("c")
     # The claimed row's values as scalars, not a join with c: each start then finds its row
     # by primary key whatever the planner believes of the tables. (Joined, on tables planned
