@@ -337,7 +337,17 @@ def _prepare(
 def _lock_both(
     session: Session, execution_id: int, workflow_id: int | None, config: Settings
 ) -> tuple[Workflow, StepExecution] | None:
-    """Lock the workflow row, then the execution's (the lock order of ``queries``)."""
+    """Lock the workflow row, then the execution's (the lock order of ``queries``).
+
+    Run by id (not claimed), the execution's row is locked only while it is scheduled: this
+    may be a duplicate delivery while another run completes the step, and on PostgreSQL that
+    completion is one statement which holds the execution's row ``FOR SHARE`` as it waits
+    for the workflow row (``queries.complete_in_one_statement``). Holding the workflow row,
+    a wait for the execution's would close the cycle — and when the database broke it by
+    aborting the completion, the step's outcome was lost and the step ran again. A row that
+    is no longer scheduled is left unlocked; guard 1 (:func:`_prepare`) skips it.
+    """
+    claimed = workflow_id is not None
     if workflow_id is None:  # not claimed: find the workflow to lock first
         found = queries.get_execution(session, execution_id)
         if found is None:
@@ -345,8 +355,15 @@ def _lock_both(
             return None
         workflow_id = found.workflow_id
     workflow = queries.lock_workflow(session, workflow_id)
-    execution = queries.lock_execution(session, execution_id)
-    if workflow is None or execution is None:
+    if workflow is None:
+        return None
+    if claimed:  # the claim holds the execution's row already
+        execution = queries.lock_execution(session, execution_id)
+    else:
+        execution = queries.lock_execution(
+            session, execution_id, only_if=ExecutionState.SCHEDULED
+        ) or queries.get_execution(session, execution_id, fresh=True)
+    if execution is None:
         return None
     return workflow, execution
 

@@ -467,19 +467,25 @@ def remember_workflow_lock(
         held[0][workflow_id] = workflow
 
 
-def lock_execution(session: Session, execution_id: int) -> StepExecution | None:
-    """Lock one execution row (only after its workflow row — see the module docstring)."""
+def lock_execution(
+    session: Session, execution_id: int, *, only_if: str | None = None
+) -> StepExecution | None:
+    """Lock one execution row (only after its workflow row — see the module docstring).
+
+    ``only_if``: lock it only while it is in that state; None if it is not (or is gone). On
+    PostgreSQL the state the statement's snapshot sees is checked before the lock is asked
+    for, so a row already in another state is never waited for (the wait this avoids is
+    described in ``executor._lock_both``).
+    """
     held = held_locks(session)
     cached = held[1].get(execution_id) if held is not None else None
     if cached is not None:
         # Locked and loaded by this transaction's claim: as current as a re-read would be.
-        return cached
-    stmt = (
-        select(StepExecution)
-        .where(StepExecution.id == execution_id)
-        .with_for_update()
-        .execution_options(populate_existing=True)
-    )
+        return cached if only_if is None or cached.state == only_if else None
+    stmt = select(StepExecution).where(StepExecution.id == execution_id)
+    if only_if is not None:
+        stmt = stmt.where(StepExecution.state == only_if)
+    stmt = stmt.with_for_update().execution_options(populate_existing=True)
     return session.execute(stmt).scalar_one_or_none()
 
 

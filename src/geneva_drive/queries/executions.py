@@ -107,7 +107,9 @@ def complete_in_one_statement(
     lock comes before the workflow row's, against the lock order of ``queries``: a recovery
     that locked the workflow and waits for the execution can deadlock with it, which the
     database breaks and the executor treats as transient. Only a run whose execution is
-    being taken from it can meet one.)
+    being taken from it can meet one: a duplicate run of the same execution holds the
+    workflow row too, but never waits for an execution that is no longer scheduled —
+    ``executor._lock_both``.)
     """
     workflow_mapper = type(workflow).__mapper__
     stmt = _complete_stmt(
@@ -210,8 +212,11 @@ def completion_ctes(
     return w, e
 
 
-def get_execution(session: Session, execution_id: int) -> StepExecution | None:
-    return session.get(StepExecution, execution_id)
+def get_execution(
+    session: Session, execution_id: int, *, fresh: bool = False
+) -> StepExecution | None:
+    """The execution (``fresh``: re-read, even when the session holds it already)."""
+    return session.get(StepExecution, execution_id, populate_existing=fresh)
 
 
 def sweep_strays(session: Session, workflow_id: int, values: dict[str, Any]) -> int:
