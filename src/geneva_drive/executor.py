@@ -345,25 +345,23 @@ def _lock_both(
     for the workflow row (``queries.complete_in_one_statement``). Holding the workflow row,
     a wait for the execution's would close the cycle — and when the database broke it by
     aborting the completion, the step's outcome was lost and the step ran again. A row that
-    is no longer scheduled is left unlocked; guard 1 (:func:`_prepare`) skips it.
+    is no longer scheduled is left unlocked and skipped here: guard 1 of :func:`_prepare`,
+    decided by the locking read (a plain re-read could see an older snapshot's state).
     """
-    claimed = workflow_id is not None
-    if workflow_id is None:  # not claimed: find the workflow to lock first
-        found = queries.get_execution(session, execution_id)
-        if found is None:
-            config.logger.warning("step execution %s not found; nothing to run", execution_id)
-            return None
-        workflow_id = found.workflow_id
-    workflow = queries.lock_workflow(session, workflow_id)
+    if workflow_id is not None:  # claimed: the claim holds the execution's row already
+        workflow = queries.lock_workflow(session, workflow_id)
+        execution = queries.lock_execution(session, execution_id)
+        return None if workflow is None or execution is None else (workflow, execution)
+    found = queries.get_execution(session, execution_id)
+    if found is None:
+        config.logger.warning("step execution %s not found; nothing to run", execution_id)
+        return None
+    workflow = queries.lock_workflow(session, found.workflow_id)
     if workflow is None:
         return None
-    if claimed:  # the claim holds the execution's row already
-        execution = queries.lock_execution(session, execution_id)
-    else:
-        execution = queries.lock_execution(
-            session, execution_id, only_if=ExecutionState.SCHEDULED
-        ) or queries.get_execution(session, execution_id, fresh=True)
+    execution = queries.lock_execution(session, execution_id, only_if=ExecutionState.SCHEDULED)
     if execution is None:
+        events.execution_logger(workflow, found).info("no longer scheduled, skipping duplicate run")
         return None
     return workflow, execution
 

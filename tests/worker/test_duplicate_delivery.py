@@ -13,6 +13,7 @@ back and the step ran a second time (seen in CI: a ``recovered`` execution, then
 
 from __future__ import annotations
 
+import logging
 import threading
 from typing import Any
 
@@ -109,7 +110,10 @@ class DeliveredTwice(Workflow):
             _INTERLEAVINGS[0].begin(self.id)
 
 
-def test_a_duplicate_run_that_locks_the_workflow_during_the_completion_leaves_it_alone(gd, session):
+def test_a_duplicate_run_that_locks_the_workflow_during_the_completion_leaves_it_alone(
+    gd, session, caplog
+):
+    caplog.set_level(logging.INFO, logger="geneva_drive")
     _RUNS.clear()
     _INTERLEAVINGS.clear()
     wf = DeliveredTwice.create(session)
@@ -126,3 +130,4 @@ def test_a_duplicate_run_that_locks_the_workflow_during_the_completion_leaves_it
     assert interleaving.errors == []
     assert len(_RUNS) == 1  # the body ran once
     assert history(session, wf) == [("only", "completed", "success")]
+    assert "no longer scheduled, skipping duplicate run" in caplog.text

@@ -212,11 +212,8 @@ def completion_ctes(
     return w, e
 
 
-def get_execution(
-    session: Session, execution_id: int, *, fresh: bool = False
-) -> StepExecution | None:
-    """The execution (``fresh``: re-read, even when the session holds it already)."""
-    return session.get(StepExecution, execution_id, populate_existing=fresh)
+def get_execution(session: Session, execution_id: int) -> StepExecution | None:
+    return session.get(StepExecution, execution_id)
 
 
 def sweep_strays(session: Session, workflow_id: int, values: dict[str, Any]) -> int:
