@@ -91,11 +91,17 @@ def finished(gd: Any, workflow_id: int) -> Callable[[], bool]:
 
 def someone_waits_for_a_lock(engine: Engine) -> bool:
     """Whether a backend of this database is waiting for a lock (PostgreSQL)."""
+    return lock_waiters(engine) > 0
+
+
+def lock_waiters(engine: Engine) -> int:
+    """How many backends of this database are waiting for a lock (PostgreSQL)."""
     with engine.connect() as conn:
-        waiting = conn.execute(
-            text(
-                "SELECT count(*) FROM pg_stat_activity "
-                "WHERE wait_event_type = 'Lock' AND datname = current_database()"
-            )
-        ).scalar_one()
-    return bool(waiting)
+        return int(
+            conn.execute(
+                text(
+                    "SELECT count(*) FROM pg_stat_activity "
+                    "WHERE wait_event_type = 'Lock' AND datname = current_database()"
+                )
+            ).scalar_one()
+        )

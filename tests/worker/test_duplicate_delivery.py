@@ -24,7 +24,7 @@ from geneva_drive import Workflow, step
 from geneva_drive.executor import run_execution
 from geneva_drive.models import StepExecution
 from tests.engine._support import history
-from tests.worker._support import wait_until_true
+from tests.worker._support import lock_waiters, wait_until_true
 
 pytestmark = pytest.mark.postgres
 
@@ -33,18 +33,6 @@ pytestmark = pytest.mark.postgres
 def _postgresql_only(db_backend: str) -> None:
     if db_backend != "postgresql":
         pytest.skip("the completion reads its execution FOR SHARE in one statement on PostgreSQL")
-
-
-def lock_waiters(engine: Engine) -> int:
-    with engine.connect() as conn:
-        return int(
-            conn.execute(
-                text(
-                    "SELECT count(*) FROM pg_stat_activity "
-                    "WHERE wait_event_type = 'Lock' AND datname = current_database()"
-                )
-            ).scalar_one()
-        )
 
 
 class Interleaving:
