@@ -15,6 +15,12 @@ Only the engine's modules call these. Lock order, everywhere: the workflow row f
 execution rows. Holding the workflow row lock is what serialises everything that happens to one
 workflow (phase 1 and phase 3 of the executor, scheduling, signals, operator verbs,
 housekeeping); execution rows are only written by a holder of their workflow's lock.
+
+One exception: on PostgreSQL a step's completion in one statement holds its in-progress
+execution ``FOR SHARE`` while it waits for the workflow row (``complete_in_one_statement``).
+So nothing that holds a workflow row may wait for the lock of an execution in progress: a run
+by id locks its execution only while it is scheduled (``executor._lock_both``), and only a
+recovery taking the execution from a run waits for it, a deadlock the database settles.
 """
 
 from __future__ import annotations
