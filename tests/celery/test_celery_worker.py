@@ -162,6 +162,25 @@ def test_a_duplicated_message_runs_the_step_once(session, app, start_worker, pg_
     ]
 
 
+def test_duplicated_messages_for_many_workflows_never_cost_a_step_its_outcome(
+    session, app, start_worker, pg_celery_gd
+):
+    # Both copies of a message often reach the two pool processes at once. The copy that
+    # loses must skip the step without waiting for the execution's row: the winner's
+    # completion holds it FOR SHARE while it waits for the workflow row the loser holds,
+    # and the deadlock that closed rolled the outcome back (2 or 3 steps in 40 ran twice).
+    from geneva_drive.config import configured
+
+    worker = start_worker()
+    with configured(backend=CeleryTwice(app.backend)):
+        workflows = [create(session, app.CeleryOnce) for _ in range(40)]
+
+    wait_until(lambda: all_finished(session, workflows), describe=worker.output.text)
+    assert notes(session) == Counter({f"{w.id}:only": 1 for w in workflows})
+    outcomes = Counter(e.outcome for w in workflows for e in executions(session, w))
+    assert outcomes == Counter({"success": 40})
+
+
 def test_a_dropped_message_is_sent_again_by_the_dispatcher(
     session, app, start_worker, pg_celery_gd, broker
 ):
