@@ -22,6 +22,8 @@ from sqlalchemy.orm import Session
 
 import geneva_drive
 from geneva_drive.config import Settings, configure
+from geneva_drive.executor import RunOptions, claim_and_run
+from geneva_drive.loaded import claim_scope
 from geneva_drive.worker import Worker
 
 # Seconds between "are we done?" polls: the same 20 ms as the Celery script's, so neither side
@@ -45,6 +47,16 @@ def seed(config: Settings, cls: type, count: int, batch: int = 500) -> None:
                 cls.create(session)
             session.commit()
         made += min(batch, count - made)
+
+
+def drain_with_one_step_thread(config: Settings, worker_id: str) -> None:
+    """Run every due step in this thread, as one of a worker's step threads does (chaining
+    on), until nothing is left to claim: what instructions.py and server_instructions.py
+    count."""
+    scope = claim_scope(None)
+    options = RunOptions(worker_id=worker_id, chain=lambda queue: True)
+    while claim_and_run(scope, options, config):
+        pass
 
 
 class Driver(threading.Thread):

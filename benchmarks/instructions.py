@@ -40,18 +40,12 @@ def geneva_drive_child(url: str, workflows: int) -> None:
     import _gd
     import gd_app
 
-    from geneva_drive.executor import RunOptions, claim_and_run
-    from geneva_drive.loaded import claim_scope
-
     engine, config = _gd.prepare(url)
     _gd.seed(config, gd_app.BenchThreeSteps, workflows)
     with engine.begin() as conn:  # as throughput.py: what autovacuum does within a minute
         conn.exec_driver_sql("ANALYZE")
-    scope = claim_scope(None)
-    options = RunOptions(worker_id="instructions", chain=lambda queue: True)
     callgrind_instrumentation(True)
-    while claim_and_run(scope, options, config):
-        pass
+    _gd.drain_with_one_step_thread(config, "instructions")
     callgrind_instrumentation(False)
     engine.dispose()
 

@@ -58,9 +58,6 @@ def geneva_drive_child(url: str, workflows: int, paused: int) -> None:
     import gd_app
     from sqlalchemy.orm import Session
 
-    from geneva_drive.executor import RunOptions, claim_and_run
-    from geneva_drive.loaded import claim_scope
-
     engine, config = _gd.prepare(url)
     if paused:
         # Their first steps are due before the backlog's, and stay due for resume(): at the
@@ -75,10 +72,7 @@ def geneva_drive_child(url: str, workflows: int, paused: int) -> None:
     with engine.begin() as conn:  # as throughput.py: what autovacuum does within a minute
         conn.exec_driver_sql("ANALYZE")
     engine.dispose()  # the seeding's backends end: the run's connection is a new one
-    scope = claim_scope(None)
-    options = RunOptions(worker_id="server-instructions", chain=lambda queue: True)
-    while claim_and_run(scope, options, config):
-        pass
+    _gd.drain_with_one_step_thread(config, "server-instructions")
     with engine.connect() as conn:  # the pool's one connection: the run's
         pid = conn.exec_driver_sql("SELECT pg_backend_pid()").scalar()
     engine.dispose()
