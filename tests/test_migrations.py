@@ -176,7 +176,6 @@ def test_migrated_schema_reflects_identically_to_create_all(empty_engine: sa.Eng
     assert partial == {
         "ix_geneva_drive_workflows_unique_ongoing",
         "ix_geneva_drive_step_executions_one_active",
-        "ix_geneva_drive_step_executions_in_progress_started_at",
         "ix_geneva_drive_step_executions_scheduled",
         "ix_geneva_drive_step_executions_due",
         "ix_geneva_drive_step_executions_due_any",

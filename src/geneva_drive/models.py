@@ -309,7 +309,8 @@ class StepExecution(Timestamps, Base):
     __table_args__ = (
         # Not (workflow_id), (state) nor (scheduled_for), which the gem has: wider or partial
         # indexes below serve every query on them, and every index costs a write per state
-        # change (see 0003 and 0004).
+        # change (see 0003 and 0004). Nor in-progress rows by started_at: the lease index
+        # holds every in-progress row, few enough to sort (0008).
         # The three below index only the rows that have a value (migration 0006): most rows
         # never get a continuation or a signal, and an active row has no finished_at, so a
         # NULL entry would be written at every step for queries that never look for NULL.
@@ -337,11 +338,6 @@ class StepExecution(Timestamps, Base):
             ),
             PARTIAL_INDEX_DIALECTS,
         ),
-        *_partial_index(
-            "ix_geneva_drive_step_executions_in_progress_started_at",
-            "started_at",
-            state="in_progress",
-        ),
         # The worker's claim: due scheduled rows by queue, priority, due time.
         *_partial_index(
             "ix_geneva_drive_step_executions_due",
@@ -358,6 +354,9 @@ class StepExecution(Timestamps, Base):
             "scheduled_for",
             state="scheduled",
         ),
+        # Expired leases; and housekeeping's stuck in-progress sweep, which sorts what it reads
+        # here by started_at: every in-progress row is here, and there are only as many as
+        # steps running.
         *_partial_index(
             "ix_geneva_drive_step_executions_lease", "lease_expires_at", state="in_progress"
         ),
