@@ -8,7 +8,9 @@ and needs Debian's ``redis-server`` (``apt-get install -y redis-server``). One e
 PostgreSQL server and one private Redis (loopback port, no persistence) serve every system;
 each run gets a fresh database. Rounds are interleaved — every system once per round, the
 order rotated each round — and the summary line holds medians and ratios (geneva-drive's
-steps/s divided by each peer's). Before round 1 every system runs once on a tenth of the
+steps/s divided by each peer's): the ratio of the two medians, and the median of the ratios
+of each round's pair (``geneva_drive_ratio_by_round_median``), the one to read on a host
+whose speed drifts. Before round 1 every system runs once on a tenth of the
 workflows (``--warmup``), left out of the summary: otherwise the first system listed always
 meets a cold server and cold caches in round 1 (geneva-drive, which ran 10-20 % below its
 later rounds there on a quiet host).
@@ -61,6 +63,21 @@ REFERENCE = {
 def load_of(system: str) -> str:
     # DBOS queued enqueues inside its clock, while its workers run: the throughput load.
     return "throughput" if "throughput" in system or system == "DBOS (queued)" else "backlog"
+
+
+def paired_ratios(ours: list[dict], theirs: list[dict]) -> list[float]:
+    """geneva-drive's steps/s ÷ the peer's, round by round (rounds both completed).
+
+    The two runs of a round are a few minutes apart at most, and this shared host's speed
+    drifts by a quarter or more over a whole run: the median of these paired ratios leaves
+    that drift out, where the ratio of the two medians can set a slow round of one system
+    against a fast round of the other."""
+    by_round = {r["round"]: r["steps_per_s"] for r in theirs if r.get("steps_per_s")}
+    return [
+        r["steps_per_s"] / by_round[r["round"]]
+        for r in ours
+        if r.get("steps_per_s") and r["round"] in by_round
+    ]
 
 
 def run_system(system: str, args: argparse.Namespace, server, redis, python: str) -> dict:  # type: ignore[no-untyped-def]
@@ -199,6 +216,10 @@ def main(argv: list[str] | None = None) -> dict:
         ours = table.get(REFERENCE[row["load"]], {}).get("steps_per_s_median")
         theirs = row["steps_per_s_median"]
         row["geneva_drive_ratio"] = round(ours / theirs, 2) if ours and theirs else None
+        paired = paired_ratios(results.get(REFERENCE[row["load"]], []), results[system])
+        row["geneva_drive_ratio_by_round"] = [round(ratio, 2) for ratio in paired]
+        middle = median(paired)
+        row["geneva_drive_ratio_by_round_median"] = None if middle is None else round(middle, 2)
     summary["table"] = table
     summary["errors"] = errors
     emit(**summary)
