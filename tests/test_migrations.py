@@ -368,3 +368,37 @@ def test_upgrade_to_an_unknown_revision_changes_nothing(empty_engine: sa.Engine)
         # DDL commits implicitly there: Alembic's (empty) version table stays behind.
         tables -= {migrate.VERSION_TABLE}
     assert tables == set()
+
+
+def test_0008_drops_the_in_progress_started_at_index_and_its_downgrade_restores_it(
+    empty_engine: sa.Engine,
+):
+    name = "ix_geneva_drive_step_executions_in_progress_started_at"
+
+    def index_columns() -> tuple[str, ...] | None:
+        indexes = sa.inspect(empty_engine).get_indexes("geneva_drive_step_executions")
+        return next(
+            (
+                (*i["column_names"], *map(str, i.get("dialect_options", {}).values()))
+                for i in indexes
+                if i["name"] == name
+            ),
+            None,
+        )
+
+    migrate.upgrade(empty_engine, "0007")
+    before = index_columns()
+    migrate.install(empty_engine)
+    assert index_columns() is None
+    _downgrade(empty_engine, "0007")
+
+    # Back as 0001 made it: partial over in-progress rows, or led by `state` on MySQL/MariaDB.
+    restored = index_columns()
+    assert restored == before
+    if empty_engine.dialect.name in ("mysql", "mariadb"):
+        assert restored == ("state", "started_at")
+    else:
+        assert restored is not None and restored[0] == "started_at"
+        assert "in_progress" in restored[1]  # the predicate, as reflected
+    migrate.install(empty_engine)
+    assert _schema_diff(empty_engine) == []
