@@ -375,7 +375,8 @@ def test_0008_drops_the_in_progress_started_at_index_and_its_downgrade_restores_
 ):
     name = "ix_geneva_drive_step_executions_in_progress_started_at"
 
-    def index_columns() -> tuple[str, ...] | None:
+    def reflected() -> tuple[str, ...] | None:
+        """The index's columns, then its dialect options (the predicate); None: no index."""
         indexes = sa.inspect(empty_engine).get_indexes("geneva_drive_step_executions")
         return next(
             (
@@ -387,13 +388,13 @@ def test_0008_drops_the_in_progress_started_at_index_and_its_downgrade_restores_
         )
 
     migrate.upgrade(empty_engine, "0007")
-    before = index_columns()
+    before = reflected()
     migrate.install(empty_engine)
-    assert index_columns() is None
+    assert reflected() is None
     _downgrade(empty_engine, "0007")
 
     # Back as 0001 made it: partial over in-progress rows, or led by `state` on MySQL/MariaDB.
-    restored = index_columns()
+    restored = reflected()
     assert restored == before
     if empty_engine.dialect.name in ("mysql", "mariadb"):
         assert restored == ("state", "started_at")
