@@ -1,5 +1,6 @@
-# make demo | make test | make check (lint + typecheck + tests) | make lint (ruff check and
-# ruff format --check) | make typecheck (mypy)
+# make demo | make test | make check (lint + typecheck + tests) | make lint (ruff check,
+# ruff format --check and the import-linter layers contract) | make typecheck (mypy) |
+# make smoke (the built wheel, core only and with each extra, in clean virtualenvs)
 #
 # Every target runs from .venv, which is created on first use and re-synced whenever
 # pyproject.toml changes. PYTEST_ARGS is passed to pytest: make test PYTEST_ARGS='-k claim -x'
@@ -10,7 +11,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: demo test check lint typecheck clean
+.PHONY: demo test check lint typecheck smoke clean
 
 demo: $(STAMP)
 	$(BIN)/geneva-drive demo
@@ -20,13 +21,19 @@ test: $(STAMP)
 
 check: lint typecheck test
 
-# Both run even when the first fails, so one pass (and one CI run) shows every problem.
+# All three run even when one fails, so one pass (and one CI run) shows every problem.
 lint: $(STAMP)
 	$(BIN)/ruff check src tests; checked=$$?; \
-	$(BIN)/ruff format --check src tests && exit $$checked
+	$(BIN)/ruff format --check src tests; formatted=$$?; \
+	$(BIN)/lint-imports; layered=$$?; \
+	test $$checked -eq 0 -a $$formatted -eq 0 -a $$layered -eq 0
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
+
+# The built wheel, core only and with each extra, each in a clean virtualenv (about 90 s).
+smoke:
+	.ci/wheel-smoke
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)

@@ -21,10 +21,11 @@ from sqlalchemy import Engine, text
 from sqlalchemy.orm import Session
 
 import geneva_drive
-from geneva_drive.config import Settings, configure
-from geneva_drive.executor import RunOptions, claim_and_run
-from geneva_drive.loaded import claim_scope
-from geneva_drive.worker import Worker
+from geneva_drive.core.settings import Settings
+from geneva_drive.engine.executor import RunOptions, claim_and_run
+from geneva_drive.runtime.configure import configure
+from geneva_drive.runtime.loaded import claim_scope
+from geneva_drive.runtime.worker import Worker
 
 # Seconds between "are we done?" polls: the same 20 ms as the Celery script's, so neither side
 # gains up to a poll interval at the end. Each poll is one read-only transaction (rolled back,

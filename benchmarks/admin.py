@@ -44,7 +44,7 @@ import geneva_drive
 from geneva_drive import admin
 from geneva_drive.admin import WorkflowFilter
 from geneva_drive.admin.find import encode_cursor
-from geneva_drive.config import configure
+from geneva_drive.runtime.configure import configure
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)  # "now" for stats: just after the newest workflow
 # One workflow created every 2.592 s at every size (1M span 30 days): the last hour's

@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/cleanup.py --executions 1000000
 
 Fills a fresh database with N/3 workflows finished 60 days ago (three executions each, past
-the default 30-day retention) and times one ``geneva_drive.housekeeping.run()`` pass, which
+the default 30-day retention) and times one ``geneva_drive.runtime.housekeeping.run()`` pass, which
 deletes them in batches of ``housekeeping_batch_size`` (default 1,000; ``--batch`` to change).
 """
 
@@ -22,7 +22,7 @@ from _common import emit, log, machine, start_postgres
 from flatcost import fill
 from sqlalchemy import text
 
-from geneva_drive.config import configure
+from geneva_drive.runtime.configure import configure
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -46,9 +46,9 @@ def main(argv: list[str] | None = None) -> dict:
         fill(engine, args.executions, args.backend, age_days=60, ongoing=0)
         result: dict = {"bench": "cleanup", "backend": args.backend, "rows": args.executions}
         try:
-            from geneva_drive import housekeeping
+            from geneva_drive.runtime import housekeeping
         except ImportError as error:
-            result["pending"] = f"geneva_drive.housekeeping: {error}"
+            result["pending"] = f"geneva_drive.runtime.housekeeping: {error}"
             emit(**result)
             return result
         t0 = time.perf_counter()

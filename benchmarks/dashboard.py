@@ -30,9 +30,9 @@ from starlette.testclient import TestClient
 
 import geneva_drive
 from geneva_drive.admin.find import encode_cursor
-from geneva_drive.clock import FrozenClock
-from geneva_drive.config import configure
+from geneva_drive.core.clock import FrozenClock
 from geneva_drive.dashboard import create_app
+from geneva_drive.runtime.configure import configure
 
 
 def pages(n: int) -> dict[str, str]:

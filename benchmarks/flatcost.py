@@ -13,7 +13,7 @@ autovacuum keeps them. Then, with the scope a worker claims in (its loaded class
 - the worker's claim (``queries.claim_due_execution``, in a transaction rolled back after),
   on every queue and on one;
 - ``queries.next_claimable_due_time`` (the idle worker's sleep query);
-- ``geneva_drive.housekeeping.run()`` passes (cleanup, lease/stuck recovery, gauges): the
+- ``geneva_drive.runtime.housekeeping.run()`` passes (cleanup, lease/stuck recovery, gauges): the
   first (untimed) deletes the old rows and its statements are EXPLAINed — with the statistics
   taken while the old rows were there — then the timed passes, with nothing left to delete;
 each repeated, median and p99 in ms, plus EXPLAIN of every statement they issue. The pass also
@@ -30,6 +30,8 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from geneva_drive.storage.db import session_factory
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _gd
@@ -38,8 +40,8 @@ from _common import emit, log, machine, percentile, start_postgres
 from sqlalchemy import DateTime, bindparam, event, text
 from sqlalchemy.orm import Session
 
-from geneva_drive import queries
-from geneva_drive.loaded import claim_scope
+from geneva_drive.runtime.loaded import claim_scope
+from geneva_drive.storage import queries
 
 BACKLOG = 1000  # due now; as many again due tomorrow
 
@@ -245,7 +247,7 @@ def measure(
     engine, config = _gd.prepare(url)
     log(f"flatcost: filling {size} executions")
     fill_s = fill(engine, size, dialect, old=old, ongoing=2 * backlog, paused=paused)
-    factory = config.session_factory()
+    factory = session_factory(config)
     now = datetime.now(UTC)
     every_queue, one_queue = claim_scope(None), claim_scope(["default"])
 
@@ -287,7 +289,7 @@ def measure(
         result["explain_worker"] = explain(engine, rec.statements, dialect)
 
     if "housekeeping" in parts:
-        from geneva_drive import housekeeping
+        from geneva_drive.runtime import housekeeping
 
         # The first pass deletes the `old` rows; EXPLAIN its statements (the statistics still
         # describe a table with a few old rows), then time passes with nothing to delete.

@@ -29,6 +29,8 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+from geneva_drive.storage.db import session_factory
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _gd
@@ -37,7 +39,7 @@ from _common import emit, log, machine, start_postgres, summary_ms
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
-from geneva_drive.workflow import Workflow
+from geneva_drive.definition.workflow import Workflow
 
 
 def _state(engine, workflow_id: int) -> str:  # type: ignore[no-untyped-def]
@@ -151,7 +153,7 @@ def main(argv: list[str] | None = None) -> dict:
             _until(lambda wf_id=wf_id: _state(engine, wf_id) == "finished")
         # This process is the application sending the commits: a full garbage collection of
         # its start-up objects between "before commit" and the commit would be timed against
-        # the worker (see geneva_drive.worker.freeze_startup_objects, which the worker does).
+        # the worker (see geneva_drive.runtime.worker.freeze_startup_objects, which the worker does).
         gc.collect()
         gc.freeze()
 
@@ -191,7 +193,7 @@ def main(argv: list[str] | None = None) -> dict:
             _until(lambda wf_id=wf_id: _waiting(engine, wf_id))
             # geneva-drive's session factory: on SQLite its transactions BEGIN IMMEDIATE, so
             # the signal's write cannot fail upgrading a read lock while the worker writes.
-            with config.session_factory()() as session:
+            with session_factory(config)() as session:
                 wf = session.get(Workflow, wf_id)
                 assert wf is not None
                 wf.signal("go")

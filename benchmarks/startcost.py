@@ -118,7 +118,7 @@ class _Signal:
         self.in_signal = self.in_statements = 0.0
 
     def __call__(self, session: Session, count: int) -> None:
-        from geneva_drive.queries import bypass
+        from geneva_drive.storage.queries import bypass
 
         self.in_signal = self.in_statements = 0.0
         pipelined = bypass.execute_pipelined

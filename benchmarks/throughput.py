@@ -5,7 +5,7 @@
     .venv/bin/python benchmarks/throughput.py --workflows 500 --backend sqlite
 
 Each mode gets a fresh database with N workflows seeded before any worker starts. Mode 0 runs
-``geneva_drive.worker.Worker`` on a thread of this process; mode k ≥ 1 runs k separate
+``geneva_drive.runtime.worker.Worker`` on a thread of this process; mode k ≥ 1 runs k separate
 ``geneva-drive worker`` processes (their CPU and peak RSS come from /proc). Prints one JSON
 line per mode: workflows/s, steps/s (wall time from worker start to the last finished
 workflow), commits per step (``pg_stat_database.xact_commit`` delta, PostgreSQL only), worker

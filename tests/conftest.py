@@ -347,7 +347,7 @@ def gd(engine: sa.Engine, clock: Any) -> Iterator[Any]:
     The test application's tables (tests.support.app) are created too. Yields the Settings.
     """
     from geneva_drive import DatabaseBackend
-    from geneva_drive.config import configured
+    from geneva_drive.runtime.configure import configured
     from tests.support.app import AppBase
 
     AppBase.metadata.create_all(engine)

@@ -16,7 +16,7 @@ import pytest
 import sqlalchemy as sa
 
 from geneva_drive import __version__
-from geneva_drive.migrate import VERSION_TABLE, alembic_config
+from geneva_drive.storage.migrate import VERSION_TABLE, alembic_config
 
 REPO = Path(__file__).resolve().parents[1]
 TIMEOUT = 120  # a command that hangs (retrying for ever) fails the test instead

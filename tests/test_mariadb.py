@@ -17,8 +17,8 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 import geneva_drive
-from geneva_drive import queries
-from geneva_drive.engine import engine_for_workers
+from geneva_drive.storage import queries
+from geneva_drive.storage.db import engine_for_workers
 from tests.support.mariadb import MariaDBServer, unique_database_name
 
 pytestmark = pytest.mark.mariadb

@@ -20,9 +20,9 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from alembic.util import CommandError
 
-import geneva_drive.workflow  # noqa: F401  (registers geneva_drive_workflows on Base.metadata)
-from geneva_drive import migrate
-from geneva_drive.models import Base
+import geneva_drive.definition.workflow  # noqa: F401  (registers geneva_drive_workflows on Base.metadata)
+from geneva_drive.storage import migrate
+from geneva_drive.storage.models import Base
 
 OUR_TABLES = {
     "geneva_drive_workflows",
@@ -260,8 +260,8 @@ def test_concurrent_installs_in_threads_do_not_collide(empty_engine: sa.Engine):
 _INSTALL_IN_A_PROCESS = """
 import sys, time
 from pathlib import Path
-from geneva_drive.engine import create_engine
-from geneva_drive.migrate import install
+from geneva_drive.storage.db import create_engine
+from geneva_drive.storage.migrate import install
 engine = create_engine(sys.argv[1])
 print("ready", flush=True)
 while not Path(sys.argv[2]).exists():

@@ -17,8 +17,8 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from geneva_drive import serialization
-from geneva_drive.models import Signal, StepExecution
+from geneva_drive.storage import serialization
+from geneva_drive.storage.models import Signal, StepExecution
 
 NOW = datetime(2026, 3, 1, 12, 0, 0, 123456)
 

@@ -5,11 +5,8 @@ Public API — everything a user imports comes from here::
     from geneva_drive import Workflow, step, resumable_step, ExceptionPolicy, configure
 """
 
-from .backends import DatabaseBackend, InlineBackend
-from .clock import FrozenClock, SystemClock
-from .config import Settings, configure, settings, with_inline_enqueue
-from .engine import create_engine, immediate_transactions, prepare_engine
-from .errors import (
+from geneva_drive.core.clock import FrozenClock, SystemClock
+from geneva_drive.core.errors import (
     CursorTooLargeError,
     GenevaDriveError,
     InvalidStateError,
@@ -24,14 +21,31 @@ from .errors import (
     WorkflowAlreadyOngoing,
     WorkflowNotOngoing,
 )
-from .events import subscribe
-from .migrate import install
-from .models import Signal, StepExecution
-from .policy import ExceptionPolicy, exponential_backoff
-from .shutdown import clear_shutdown_request, request_shutdown, shutdown_requested
-from .states import ExecutionState, Outcome, WorkflowState
-from .steps import SignalMatcher, StepDefinition, removed_step, repeat_step, resumable_step, step
-from .workflow import Workflow
+from geneva_drive.core.events import subscribe
+from geneva_drive.core.settings import Settings, settings, with_inline_enqueue
+from geneva_drive.core.shutdown import clear_shutdown_request, request_shutdown, shutdown_requested
+from geneva_drive.core.states import ExecutionState, Outcome, WorkflowState
+from geneva_drive.definition.policy import ExceptionPolicy, exponential_backoff
+from geneva_drive.definition.ports import install_verbs
+from geneva_drive.definition.steps import (
+    SignalMatcher,
+    StepDefinition,
+    removed_step,
+    repeat_step,
+    resumable_step,
+    step,
+)
+from geneva_drive.definition.workflow import Workflow
+from geneva_drive.engine.verbs import EngineVerbs
+from geneva_drive.runtime.backends import DatabaseBackend, InlineBackend
+from geneva_drive.runtime.configure import configure
+from geneva_drive.storage.db import create_engine, immediate_transactions, prepare_engine
+from geneva_drive.storage.migrate import install
+from geneva_drive.storage.models import Signal, StepExecution
+
+# Workflow's verbs (create, signal, pause, …) act through the engine, which the DSL does not
+# import: every import of a geneva_drive module runs this file first, so they are installed.
+install_verbs(EngineVerbs())
 
 __version__ = "0.1.0"
 

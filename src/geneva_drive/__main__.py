@@ -1,5 +1,5 @@
 """``python -m geneva_drive``: the ``geneva-drive`` command."""
 
-from .cli import main
+from geneva_drive.cli import main
 
 main()

@@ -6,8 +6,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from .clock import FrozenClock
-from .config import configured
+from geneva_drive.core.clock import FrozenClock
+from geneva_drive.runtime.configure import configured
 
 
 @pytest.fixture

@@ -24,13 +24,15 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from . import queries, scheduling
-from .clock import FrozenClock
-from .config import configured, settings_of
-from .executor import RunOptions, run_execution
-from .models import StepExecution
-from .states import ExecutionState, WorkflowState
-from .workflow import Workflow
+from geneva_drive.core.clock import FrozenClock
+from geneva_drive.core.settings import settings_of
+from geneva_drive.core.states import ExecutionState, WorkflowState
+from geneva_drive.definition.workflow import Workflow
+from geneva_drive.engine import scheduling
+from geneva_drive.engine.executor import RunOptions, run_execution
+from geneva_drive.runtime.configure import configured
+from geneva_drive.storage import queries
+from geneva_drive.storage.models import StepExecution
 
 __all__ = [
     "FrozenClock",

@@ -11,7 +11,7 @@ from sqlalchemy import select
 
 from geneva_drive import StepExecution, admin
 from geneva_drive.admin import AdminInputError, AdminNotFound, AdminRefused
-from geneva_drive.models import OperatorAction
+from geneva_drive.storage.models import OperatorAction
 from geneva_drive.testing import perform_next_step
 from tests.admin.apps import AdminFlaky, AdminThreeSteps, AdminWaits
 from tests.support.app import Order

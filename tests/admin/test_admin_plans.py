@@ -302,8 +302,8 @@ def test_a_continuation_and_a_signals_executions_are_found_by_their_partial_inde
 ):
     # The two indexes hold only the rows that have a value (migration 0006): a lookup by
     # value must still read them, not every execution.
-    from geneva_drive import queries
-    from geneva_drive.queries import signals as signal_queries
+    from geneva_drive.storage import queries
+    from geneva_drive.storage.queries import signals as signal_queries
 
     successor = _plans(seeded, db_backend, lambda: queries.successor_of(session, 41))
     attached = _plans(

@@ -19,9 +19,9 @@ from celery.signals import worker_init, worker_process_init  # type: ignore[impo
 from sqlalchemy import func, select
 
 from geneva_drive import ExceptionPolicy, StepExecution, Workflow, resumable_step, step
-from geneva_drive.config import configure
 from geneva_drive.contrib.celery import CeleryBackend
-from geneva_drive.engine import create_engine
+from geneva_drive.runtime.configure import configure
+from geneva_drive.storage.db import create_engine
 from tests.support.app import AuditEntry
 
 BROKER_ENV = "GD_CELERY_TEST_BROKER_URL"

@@ -72,7 +72,7 @@ def broker(redis_server: RedisServer, celery_app_module: Any) -> RedisServer:
 def celery_gd(
     engine: Any, clock: Any, broker: RedisServer, celery_app_module: Any
 ) -> Iterator[Any]:
-    from geneva_drive.config import configured
+    from geneva_drive.runtime.configure import configured
     from tests.support.app import AppBase
 
     AppBase.metadata.create_all(engine)
@@ -98,7 +98,7 @@ def pg_celery_url(request: pytest.FixtureRequest, postgres_server: Any) -> Itera
 @pytest.fixture
 def pg_celery_gd(pg_celery_url: str, broker: RedisServer, celery_app_module: Any) -> Iterator[Any]:
     import geneva_drive
-    from geneva_drive.config import configured
+    from geneva_drive.runtime.configure import configured
 
     engine = geneva_drive.create_engine(pg_celery_url)
     with configured(engine=engine, backend=celery_app_module.backend) as settings:

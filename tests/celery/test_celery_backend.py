@@ -236,8 +236,8 @@ def test_the_resend_interval_stops_growing_at_an_hour(app):
 def test_a_failed_send_leaves_the_row_unsent_and_the_next_dispatch_sends_it(
     celery_gd, session, broker, app
 ):
-    from geneva_drive.config import configured
     from geneva_drive.contrib.celery import dispatch
+    from geneva_drive.runtime.configure import configured
 
     refusing = CeleryRefusingBackend()
     with configured(backend=refusing):
@@ -270,8 +270,8 @@ def test_the_dispatcher_leaves_a_paused_workflow_alone_and_resume_sends_it(
 
 
 def test_dispatch_sends_in_batches_until_nothing_is_left(celery_gd, session, broker, app):
-    from geneva_drive.config import configured
     from geneva_drive.contrib.celery import dispatch
+    from geneva_drive.runtime.configure import configured
 
     with configured(backend=CeleryRefusingBackend()):
         workflows = [create(session, app.CeleryOnce) for _ in range(5)]

@@ -148,7 +148,7 @@ def test_many_workflows_with_waits_reattempts_a_signal_and_a_resumable_step_all_
 
 
 def test_a_duplicated_message_runs_the_step_once(session, app, start_worker, pg_celery_gd):
-    from geneva_drive.config import configured
+    from geneva_drive.runtime.configure import configured
 
     worker = start_worker()
     with configured(backend=CeleryTwice(app.backend)):
@@ -169,7 +169,7 @@ def test_duplicated_messages_for_many_workflows_never_cost_a_step_its_outcome(
     # loses must skip the step without waiting for the execution's row: the winner's
     # completion holds it FOR SHARE while it waits for the workflow row the loser holds,
     # and the deadlock that closed rolled the outcome back (2 or 3 steps in 40 ran twice).
-    from geneva_drive.config import configured
+    from geneva_drive.runtime.configure import configured
 
     worker = start_worker()
     with configured(backend=CeleryTwice(app.backend)):
@@ -185,8 +185,8 @@ def test_a_dropped_message_is_sent_again_by_the_dispatcher(
     session, app, start_worker, pg_celery_gd, broker
 ):
     from geneva_drive import FrozenClock
-    from geneva_drive.config import configured
     from geneva_drive.contrib.celery import dispatch
+    from geneva_drive.runtime.configure import configured
 
     worker = start_worker()
     black_hole = CeleryBlackHoleOnce(app.backend, app.BLACK_HOLE_QUEUE)
@@ -218,7 +218,7 @@ def test_a_message_for_an_execution_that_no_longer_exists_is_logged_and_dropped(
 def test_geneva_drive_dispatch_sends_what_was_never_sent(
     session, app, start_worker, pg_celery_url, broker
 ):
-    from geneva_drive.config import configured
+    from geneva_drive.runtime.configure import configured
 
     worker = start_worker()
     with configured(backend=CeleryNeverSends()):

@@ -91,7 +91,7 @@ def build_scenario(session: Session) -> Scenario:
 
 def snapshot(session: Session) -> dict[str, list[Any]]:
     """Every row of geneva-drive's tables: equal before and after means nothing changed."""
-    from geneva_drive.models import Base
+    from geneva_drive.storage.models import Base
 
     session.commit()
     rows: dict[str, list[Any]] = {}

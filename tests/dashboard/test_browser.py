@@ -22,8 +22,9 @@ from sqlalchemy import select, update
 
 from geneva_drive import Workflow
 from geneva_drive.dashboard import create_app
+from geneva_drive.runtime.worker import Worker
+from geneva_drive.storage.db import session_factory
 from geneva_drive.testing import perform_next_step
-from geneva_drive.worker import Worker
 from tests.conftest import _in_ci
 from tests.dashboard.apps import DashApproval, Scenario
 from tests.dashboard.conftest import allow_everything
@@ -112,7 +113,7 @@ def wait_until(condition: Callable[[], bool], what: str) -> None:
 
 
 def state_in_db(gd: Any, workflow_id: int) -> str:
-    with gd.session_factory()() as s:
+    with session_factory(gd)() as s:
         return str(s.execute(select(Workflow.state).where(Workflow.id == workflow_id)).scalar())
 
 
@@ -279,7 +280,7 @@ def test_keyboard_focus_stays_on_the_same_control_across_live_refreshes(
     # The focused action goes away (the workflow is canceled elsewhere): focus moves to the
     # heading that says so, not to <body>.
     page.locator("summary:has-text('Resume…')").focus()
-    with gd.session_factory()() as s:
+    with session_factory(gd)() as s:
         s.get(Workflow, scenario.failed).cancel()
         s.commit()
     wait_until(

@@ -26,7 +26,7 @@ from geneva_drive import (
     WorkflowState,
     step,
 )
-from geneva_drive import queries as gd_queries
+from geneva_drive.storage import queries as gd_queries
 from geneva_drive.testing import assert_workflow_state, speedrun
 from tests.support.app import Account, AuditEntry, Device, Order
 

@@ -15,7 +15,7 @@ from geneva_drive import (
     WorkflowAlreadyOngoing,
     step,
 )
-from geneva_drive.config import configured
+from geneva_drive.runtime.configure import configured
 from geneva_drive.testing import speedrun
 from tests.engine._support import RecordingBackend
 from tests.support.app import AuditEntry, Order

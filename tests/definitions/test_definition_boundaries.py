@@ -18,11 +18,11 @@ from datetime import timedelta
 import pytest
 
 from geneva_drive import ExceptionPolicy, StepConfigurationError, Workflow, removed_step
-from geneva_drive.backends import DatabaseBackend, InlineBackend
-from geneva_drive.errors import SerializationError, UnknownStepOptionError
-from geneva_drive.policy import PolicyError
-from geneva_drive.serialization import MAX_DEPTH, decode, dumps, encode
-from geneva_drive.steps import repeat_step, resumable_step, step
+from geneva_drive.core.errors import SerializationError, UnknownStepOptionError
+from geneva_drive.definition.policy import PolicyError
+from geneva_drive.definition.steps import repeat_step, resumable_step, step
+from geneva_drive.runtime.backends import DatabaseBackend, InlineBackend
+from geneva_drive.storage.serialization import MAX_DEPTH, decode, dumps, encode
 
 
 def _noop(wf):
@@ -125,7 +125,7 @@ def test_a_negative_infinite_wait_is_refused():
 
 
 def test_the_longest_supported_wait_is_accepted():
-    from geneva_drive.limits import MAX_WAIT
+    from geneva_drive.storage.limits import MAX_WAIT
 
     cls = type("BoundaryWaitLongest", (Workflow,), {"a": step(_noop, wait=MAX_WAIT)})
     assert cls.steps.named("a").wait_delta == MAX_WAIT  # type: ignore[attr-defined]
@@ -414,7 +414,7 @@ def _run_python(code: str) -> subprocess.CompletedProcess[str]:
 _TYPO_CLASS = """
     import geneva_drive
     from geneva_drive import Workflow, step
-    from geneva_drive.errors import StepConfigurationError
+    from geneva_drive.core.errors import StepConfigurationError
 
     class Newsletter(Workflow):
         may_proceed_without_hero = True
@@ -434,7 +434,7 @@ def test_configure_refuses_a_job_option_the_backend_would_ignore_with_did_you_me
         geneva_drive.configure(backend=geneva_drive.InlineBackend())
     except StepConfigurationError as error:
         print("refused:", error)
-    print("backend now:", geneva_drive.config.settings().backend)
+    print("backend now:", geneva_drive.core.settings.settings().backend)
     """
     )
     assert result.returncode == 0, result.stderr
@@ -471,7 +471,7 @@ def test_configure_leaves_keys_of_another_backend_to_create():
         """
     import geneva_drive
     from geneva_drive import Workflow, step
-    from geneva_drive.errors import StepConfigurationError
+    from geneva_drive.core.errors import StepConfigurationError
     from sqlalchemy.orm import Session
 
     class Expiring(Workflow):

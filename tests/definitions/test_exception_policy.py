@@ -8,8 +8,8 @@ from datetime import timedelta
 import pytest
 
 from geneva_drive import ExceptionPolicy, exponential_backoff
-from geneva_drive.errors import PolicyResolutionError
-from geneva_drive.policy import PolicyError, PolicyList, wait_for_attempt
+from geneva_drive.core.errors import PolicyResolutionError
+from geneva_drive.definition.policy import PolicyError, PolicyList, wait_for_attempt
 
 
 class PolicyAppError(Exception):

@@ -7,8 +7,14 @@ from datetime import timedelta
 import pytest
 
 from geneva_drive import ExceptionPolicy, Workflow, step
-from geneva_drive.flow import Action
-from geneva_drive.policy import DEFAULT_POLICY, Decision, PolicyList, policy_stack, resolve
+from geneva_drive.definition.flow import Action
+from geneva_drive.definition.policy import (
+    DEFAULT_POLICY,
+    Decision,
+    PolicyList,
+    policy_stack,
+    resolve,
+)
 
 
 class ResolutionFlow(Workflow):

@@ -115,7 +115,7 @@ def test_every_deliberate_error_derives_from_the_package_base_error():
 
 
 def test_payload_size_errors_share_a_base_class():
-    from geneva_drive.errors import PayloadTooLargeError
+    from geneva_drive.core.errors import PayloadTooLargeError
 
     assert issubclass(geneva_drive.SignalPayloadTooLargeError, PayloadTooLargeError)
     assert issubclass(geneva_drive.CursorTooLargeError, PayloadTooLargeError)
@@ -128,7 +128,7 @@ def test_step_not_defined_is_a_step_execution_error_carrying_its_context():
 
 
 def test_flow_control_signals_are_not_exceptions_an_app_could_swallow():
-    from geneva_drive.flow import FlowControl
+    from geneva_drive.definition.flow import FlowControl
 
     assert issubclass(FlowControl, BaseException)
     assert not issubclass(FlowControl, Exception)

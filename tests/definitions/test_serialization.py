@@ -11,7 +11,7 @@ from enum import Enum, IntEnum, StrEnum
 import pytest
 
 from geneva_drive import SerializationError
-from geneva_drive.serialization import decode, dumps, encode, encoded_size
+from geneva_drive.storage.serialization import decode, dumps, encode, encoded_size
 
 
 class SerializationColour(StrEnum):

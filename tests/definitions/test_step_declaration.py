@@ -17,7 +17,7 @@ from geneva_drive import (
     resumable_step,
     step,
 )
-from geneva_drive.policy import PolicyList
+from geneva_drive.definition.policy import PolicyList
 
 
 def _module_level_check(wf):

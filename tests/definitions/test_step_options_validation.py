@@ -10,7 +10,7 @@ from datetime import date, datetime, timedelta
 import pytest
 
 from geneva_drive import ExceptionPolicy, SignalMatcher, StepConfigurationError, Workflow
-from geneva_drive.steps import resumable_step, step
+from geneva_drive.definition.steps import resumable_step, step
 
 
 def _noop(wf):

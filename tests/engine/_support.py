@@ -10,8 +10,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from geneva_drive import StepExecution, Workflow
-from geneva_drive.backends import EnqueuedStep
-from geneva_drive.config import settings
+from geneva_drive.core.settings import settings
+from geneva_drive.runtime.backends import EnqueuedStep
 
 
 class RecordingBackend:

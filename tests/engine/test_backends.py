@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 
 from geneva_drive import InlineBackend, Workflow, step, with_inline_enqueue
-from geneva_drive.config import configured
+from geneva_drive.runtime.configure import configured
 from geneva_drive.testing import perform_next_step
 from tests.engine._support import RecordingBackend, current, history, reload
 from tests.support.app import Order
@@ -222,7 +222,7 @@ def test_the_inline_backend_runs_workflows_created_together_once_all_are_committ
 def test_a_runner_given_its_own_settings_hands_the_next_step_to_its_own_backend(session, gd):
     # The process-wide settings have one backend; run_execution(config=…) another. The wait
     # after `first` is handed to the backend of the settings the step ran under, not the global.
-    from geneva_drive.executor import run_execution
+    from geneva_drive.engine.executor import run_execution
 
     global_backend, own_backend = RecordingBackend(), RecordingBackend()
     with configured(backend=global_backend):

@@ -23,10 +23,10 @@ from geneva_drive import (
     Workflow,
     resumable_step,
     step,
-    unit_of_work,
 )
-from geneva_drive.errors import UnitOfWorkError
-from geneva_drive.serialization import MAX_DEPTH
+from geneva_drive.core.errors import UnitOfWorkError
+from geneva_drive.engine import unit_of_work
+from geneva_drive.storage.serialization import MAX_DEPTH
 from geneva_drive.testing import perform_next_step
 from tests.engine._support import executions, reload
 from tests.support.app import AuditEntry, Order
@@ -178,7 +178,7 @@ def test_a_cursor_with_nan_fails_the_step_cleanly_and_its_work_rolls_back(sessio
     wf, _ = _start(session, BadInputCursor)
     execution = perform_next_step(wf, raise_errors=False)
     assert (execution.state, execution.outcome) == ("failed", "failed")
-    assert execution.error_class_name == "geneva_drive.errors.SerializationError"
+    assert execution.error_class_name == "geneva_drive.core.errors.SerializationError"
     assert "NaN or Infinity" in execution.error_message
     assert execution.cursor is None
     assert reload(session, wf).state == "paused"
@@ -263,7 +263,7 @@ def test_commit_inside_a_step_is_refused_and_none_of_the_steps_writes_land(sessi
     wf, _ = _start(session, BadInputCommits)
     execution = perform_next_step(wf, raise_errors=False)
     assert (execution.state, execution.outcome) == ("failed", "failed")
-    assert execution.error_class_name == "geneva_drive.errors.UnitOfWorkError"
+    assert execution.error_class_name == "geneva_drive.core.errors.UnitOfWorkError"
     assert execution.error_message.startswith(
         f"BadInputCommits.step 'first' (execution id={execution.id}): self.session.commit() "
         "is not allowed inside a step"
@@ -277,7 +277,7 @@ def test_commit_inside_a_step_is_refused_and_none_of_the_steps_writes_land(sessi
 def test_rollback_or_close_inside_a_step_is_refused(session, cls):
     wf, order = _start(session, cls)
     execution = perform_next_step(wf, raise_errors=False)
-    assert execution.error_class_name == "geneva_drive.errors.UnitOfWorkError"
+    assert execution.error_class_name == "geneva_drive.core.errors.UnitOfWorkError"
     verb = "rollback" if cls is BadInputRollsBack else "close"
     assert f"self.session.{verb}() is not allowed inside a step" in execution.error_message
     session.refresh(order)

@@ -12,8 +12,8 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import Session
 
 from geneva_drive import Workflow, resumable_step, step
-from geneva_drive.errors import UnitOfWorkError
-from geneva_drive.executor import RunOptions, run_execution
+from geneva_drive.core.errors import UnitOfWorkError
+from geneva_drive.engine.executor import RunOptions, run_execution
 from tests.engine._support import executions, history, reload
 from tests.support.app import AuditEntry, Order
 from tests.support.connections import lose_connection

@@ -16,10 +16,11 @@ from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
-from geneva_drive import StepExecution, queries
-from geneva_drive.queries import bypass
-from geneva_drive.queries import executions as execution_queries
-from geneva_drive.states import ExecutionState
+from geneva_drive import StepExecution
+from geneva_drive.core.states import ExecutionState
+from geneva_drive.storage import queries
+from geneva_drive.storage.queries import bypass
+from geneva_drive.storage.queries import executions as execution_queries
 from geneva_drive.testing import perform_next_step
 from tests.engine._support import executions
 from tests.support.statements import first_words

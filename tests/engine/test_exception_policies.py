@@ -7,8 +7,8 @@ from datetime import timedelta
 import pytest
 
 from geneva_drive import ExceptionPolicy, Workflow, step
-from geneva_drive.config import configured
-from geneva_drive.executor import run_execution
+from geneva_drive.engine.executor import run_execution
+from geneva_drive.runtime.configure import configured
 from geneva_drive.testing import perform_next_step, perform_step_inline, speedrun
 from tests.engine._support import current, executions, history, reload
 from tests.support.app import Order

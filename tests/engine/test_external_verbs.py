@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from geneva_drive import InvalidStateError, Workflow, step
-from geneva_drive.executor import run_execution
+from geneva_drive.engine.executor import run_execution
 from geneva_drive.testing import perform_next_step, speedrun
 from tests.engine._support import (
     current,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from geneva_drive import StepNotDefinedError, Workflow, step
-from geneva_drive.executor import run_execution
+from geneva_drive.engine.executor import run_execution
 from tests.engine._support import current, executions, history, reload
 from tests.support.app import AuditEntry, Order
 

@@ -282,7 +282,7 @@ def test_a_guard_abort_emits_no_event(session, events):
     wf = _start(session, EventSteps)
     wf.pause()
     session.commit()
-    from geneva_drive.executor import run_execution
+    from geneva_drive.engine.executor import run_execution
 
     run_execution(current(session, wf).id)
 

@@ -8,7 +8,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from geneva_drive import Workflow, step
-from geneva_drive.executor import RunOptions, run_execution
+from geneva_drive.engine.executor import RunOptions, run_execution
 from tests.engine._support import history, reload
 from tests.support.app import AuditEntry
 from tests.support.connections import lose_connection

@@ -1,5 +1,5 @@
 # ruff: noqa: E501 -- one row of the decision table per line reads as a table
-"""The decision table of ``geneva_drive.outcomes``, row by row, without a database.
+"""The decision table of ``geneva_drive.engine.outcomes``, row by row, without a database.
 
 Rows follow gem-spec C (the executor's transition tables) plus our deliberate deltas: operator
 verbs while a step runs, signal timeouts, recovery of paused workflows.
@@ -11,14 +11,14 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from geneva_drive import outcomes as o
-from geneva_drive.flow import Action
-from geneva_drive.outcomes import ErrorRecord as E
-from geneva_drive.outcomes import Next as N
-from geneva_drive.outcomes import Settle as S
-from geneva_drive.states import ExecutionState as X
-from geneva_drive.states import Outcome as O
-from geneva_drive.states import WorkflowState as W
+from geneva_drive.core.states import ExecutionState as X
+from geneva_drive.core.states import Outcome as O
+from geneva_drive.core.states import WorkflowState as W
+from geneva_drive.definition.flow import Action
+from geneva_drive.engine import outcomes as o
+from geneva_drive.engine.outcomes import ErrorRecord as E
+from geneva_drive.engine.outcomes import Next as N
+from geneva_drive.engine.outcomes import Settle as S
 
 WAIT = timedelta(minutes=5)
 

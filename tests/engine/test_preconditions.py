@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from geneva_drive import Workflow, step
-from geneva_drive.executor import run_execution
+from geneva_drive.engine.executor import run_execution
 from geneva_drive.testing import perform_next_step
 from tests.engine._support import current, executions, history, reload
 from tests.support.app import Order

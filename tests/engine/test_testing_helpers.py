@@ -16,10 +16,10 @@ from geneva_drive import (
     SignalMatcher,
     StepNotDefinedError,
     Workflow,
-    housekeeping,
     resumable_step,
     step,
 )
+from geneva_drive.runtime import housekeeping
 from geneva_drive.testing import (
     assert_cursor,
     assert_step_executed,

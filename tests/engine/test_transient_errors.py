@@ -7,8 +7,9 @@ from sqlalchemy import event, func, select
 from sqlalchemy.exc import OperationalError
 
 from geneva_drive import Workflow, step
-from geneva_drive.executor import RunOptions, run_execution
-from geneva_drive.queries import is_transient
+from geneva_drive.engine.executor import RunOptions, run_execution
+from geneva_drive.storage.db import session_factory
+from geneva_drive.storage.queries import is_transient
 from tests.engine._support import history
 from tests.support.app import AuditEntry
 
@@ -58,7 +59,7 @@ def test_a_deadlock_while_recording_the_outcome_hands_the_step_back_to_run_again
             raise _operational(_Deadlock("deadlock detected"))
 
     _open_sessions: list = []
-    factory = gd.session_factory()
+    factory = session_factory(gd)
     event.listen(factory, "after_begin", lambda s, *_: _open_sessions.append(s))
     event.listen(gd.engine, "commit", fail_once)
     try:

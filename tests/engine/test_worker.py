@@ -8,7 +8,8 @@ from collections import Counter
 from sqlalchemy import func, select
 
 from geneva_drive import StepExecution, Workflow, step
-from geneva_drive.worker import Worker
+from geneva_drive.runtime.worker import Worker
+from geneva_drive.storage.db import session_factory
 from tests.support.app import AuditEntry, Order
 
 
@@ -49,7 +50,7 @@ def test_the_worker_runs_many_workflows_to_the_end_running_each_step_once(gd, se
     worker = Worker(config=gd, concurrency=1 if db_backend == "sqlite" else 4, poll_interval=0.05)
     thread = threading.Thread(
         target=worker.run,
-        kwargs={"until": _all_finished(gd.session_factory(), ids), "install_signals": False},
+        kwargs={"until": _all_finished(session_factory(gd), ids), "install_signals": False},
     )
     thread.start()
     thread.join(timeout=120)

@@ -90,8 +90,8 @@ class KillCounted(Workflow):
 
 
 def _break_the_worker(how: str) -> None:
-    from geneva_drive import leases
-    from geneva_drive.worker import Worker
+    from geneva_drive.engine import leases
+    from geneva_drive.runtime.worker import Worker
 
     def fail(*_args: Any) -> Any:
         raise RuntimeError(f"injected failure ({how})")

@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from geneva_drive import SystemClock, Workflow, create_engine
-from geneva_drive.config import configured
+from geneva_drive.runtime.configure import configured
 from tests.kill._support import Workers, rows, scalar
 from tests.kill.apps import KillPlain, KillStepExits, KillStepInterrupts
 

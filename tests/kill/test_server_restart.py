@@ -21,7 +21,7 @@ from sqlalchemy.pool import NullPool
 
 import geneva_drive
 from geneva_drive import SystemClock
-from geneva_drive.config import configured
+from geneva_drive.runtime.configure import configured
 from tests.kill._server import RestartableServer
 from tests.kill._support import Workers, rows, scalar
 from tests.kill.apps import KillBase, KillCounted

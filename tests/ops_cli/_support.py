@@ -11,7 +11,7 @@ from typing import Any
 
 from typer.testing import CliRunner
 
-from geneva_drive.cli import app
+from geneva_drive.cli.main import app
 
 REPO = Path(__file__).resolve().parents[2]
 TIMEOUT = 120

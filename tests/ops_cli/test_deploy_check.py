@@ -14,8 +14,9 @@ import pytest
 from sqlalchemy import event, text
 
 from geneva_drive import StepExecution, Workflow, removed_step, step
-from geneva_drive.deploy_check import LoadedCode, Problem, assess, check, log_summary
-from geneva_drive.queries.deploy import ACTIVE_STATES, InFlightGroup, in_flight_groups
+from geneva_drive.runtime.deploy_check import LoadedCode, Problem, assess, check, log_summary
+from geneva_drive.storage.db import session_factory
+from geneva_drive.storage.queries.deploy import ACTIVE_STATES, InFlightGroup, in_flight_groups
 from tests.support.app import Order
 
 
@@ -197,7 +198,7 @@ def test_the_worker_summary_is_a_warning_when_rows_are_stranded(gd, session, cap
     logger = logging.getLogger("tests.deploy_check")
 
     with caplog.at_level(logging.INFO, logger="tests.deploy_check"):
-        log_summary(gd.session_factory(), logger)
+        log_summary(session_factory(gd), logger)
 
     (record,) = [r for r in caplog.records if r.name == "tests.deploy_check"]
     assert record.levelno == logging.WARNING
@@ -205,7 +206,7 @@ def test_the_worker_summary_is_a_warning_when_rows_are_stranded(gd, session, cap
 
 
 def test_a_worker_logs_the_deploy_check_summary_once_at_start(gd, session, caplog):
-    from geneva_drive.worker import Worker
+    from geneva_drive.runtime.worker import Worker
 
     DeployShipping.create(session)
     session.commit()

@@ -7,7 +7,7 @@ import io
 from rich.console import Console
 from rich.text import Text
 
-from geneva_drive.ops_cli import watch
+from geneva_drive.cli.ops import watch
 
 
 def test_watch_renders_n_times_and_sleeps_the_interval_between_renders():

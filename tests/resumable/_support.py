@@ -10,7 +10,7 @@ from sqlalchemy import event, select
 from sqlalchemy.orm import Session
 
 from geneva_drive import FrozenClock, StepExecution, Workflow
-from geneva_drive.config import settings
+from geneva_drive.core.settings import settings
 from tests.engine._support import executions, reload
 from tests.support.app import AuditEntry, Order
 

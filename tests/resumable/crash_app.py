@@ -17,8 +17,8 @@ from sqlalchemy import ForeignKey, insert, select
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from geneva_drive import Workflow, create_engine, resumable_step, step
-from geneva_drive.config import configured
-from geneva_drive.housekeeping import recover_execution
+from geneva_drive.engine.recovery import recover_execution
+from geneva_drive.runtime.configure import configured
 
 log = logging.getLogger("geneva_drive")
 

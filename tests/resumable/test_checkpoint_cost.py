@@ -17,9 +17,10 @@ import pytest
 from sqlalchemy import event
 
 from geneva_drive import SystemClock, Workflow, resumable_step
-from geneva_drive.config import configured, settings
-from geneva_drive.executor import RunOptions, run_execution
-from geneva_drive.housekeeping import recover_expired_leases
+from geneva_drive.core.settings import settings
+from geneva_drive.engine.executor import RunOptions, run_execution
+from geneva_drive.engine.recovery import recover_expired_leases
+from geneva_drive.runtime.configure import configured
 from tests.engine._support import current
 from tests.resumable._support import (
     advance_clock,

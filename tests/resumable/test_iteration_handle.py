@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import select
 
 from geneva_drive import CursorTooLargeError, Workflow, resumable_step, step
-from geneva_drive.config import configured
+from geneva_drive.runtime.configure import configured
 from geneva_drive.testing import perform_next_step, run_iterations
 from tests.resumable._support import chain, notes, reload, start, summary
 from tests.support.app import AuditEntry, Order

@@ -5,7 +5,7 @@ from __future__ import annotations
 from sqlalchemy import func, select, update
 
 from geneva_drive import StepExecution, Workflow, resumable_step
-from geneva_drive.executor import RunOptions, run_execution
+from geneva_drive.engine.executor import RunOptions, run_execution
 from tests.support.app import AuditEntry
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from geneva_drive import ExceptionPolicy, Workflow, resumable_step, step
-from geneva_drive.executor import RunOptions, run_execution
+from geneva_drive.engine.executor import RunOptions, run_execution
 from geneva_drive.testing import perform_next_step
 from tests.engine._support import current, history
 from tests.resumable._support import (

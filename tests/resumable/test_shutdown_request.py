@@ -11,7 +11,7 @@ import pytest
 
 import geneva_drive
 from geneva_drive import Workflow, resumable_step
-from geneva_drive.executor import RunOptions, run_execution
+from geneva_drive.engine.executor import RunOptions, run_execution
 from geneva_drive.testing import perform_next_step, speedrun
 from tests.engine._support import current, reload
 from tests.resumable._support import chain, notes, start

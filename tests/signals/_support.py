@@ -8,7 +8,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from geneva_drive import Signal, StepExecution, Workflow
-from geneva_drive.executor import RunOptions, claim_and_run
+from geneva_drive.engine.executor import RunOptions, claim_and_run
 from tests.engine._support import executions, reload
 from tests.support.app import AuditEntry, Order
 

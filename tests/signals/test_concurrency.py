@@ -10,8 +10,9 @@ import pytest
 from sqlalchemy import func, select
 
 from geneva_drive import Signal, StepExecution, Workflow, step
+from geneva_drive.runtime.worker import Worker
+from geneva_drive.storage.db import session_factory
 from geneva_drive.testing import perform_next_step
-from geneva_drive.worker import Worker
 from tests.signals._support import signals_of
 from tests.support.app import AuditEntry, Order
 from tests.worker._support import someone_waits_for_a_lock, wait_until_true
@@ -60,7 +61,7 @@ def test_concurrent_senders_with_duplicates_and_a_running_worker_lose_and_repeat
     deliveries = [(wf_id, n) for wf_id in ids for n in range(EVENTS) for _ in range(COPIES)]
     random.Random(4).shuffle(deliveries)
     chunks = [deliveries[i::6] for i in range(6)]
-    factory = gd.session_factory()
+    factory = session_factory(gd)
     errors: list[BaseException] = []
     flags: Counter[bool] = Counter()
     flags_lock = threading.Lock()
@@ -138,7 +139,7 @@ def test_a_signal_waiting_for_the_lock_sees_what_its_holder_committed(gd, sessio
     wf = SigRaceOnce.create(session, hero=order)
     session.commit()
     perform_next_step(wf)  # parks
-    factory = gd.session_factory()
+    factory = session_factory(gd)
     errors: list[BaseException] = []
 
     with factory() as holder:

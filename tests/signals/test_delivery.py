@@ -17,8 +17,9 @@ from geneva_drive import (
     configure,
     step,
 )
-from geneva_drive.config import settings
-from geneva_drive.steps import SignalMatcher
+from geneva_drive.core.settings import settings
+from geneva_drive.definition.steps import SignalMatcher
+from geneva_drive.storage.db import session_factory
 from geneva_drive.testing import assert_waiting_for_signal, perform_next_step
 from tests.engine._support import RecordingBackend, current, history, other_session
 from tests.signals._support import drive, notes, reload, signal_row, signals_of, start
@@ -268,7 +269,7 @@ def test_two_senders_racing_with_the_same_key_store_one_signal_and_wake_the_step
     outcomes: list[object] = []
 
     def sender(n: int) -> None:
-        with gd.session_factory()() as s:
+        with session_factory(gd)() as s:
             barrier.wait(timeout=30)
             try:
                 got = s.get(Workflow, wf.id).signal(

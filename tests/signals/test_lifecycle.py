@@ -8,8 +8,8 @@ from typing import ClassVar
 import pytest
 
 from geneva_drive import ExceptionPolicy, Workflow, resumable_step, step
-from geneva_drive.signals import fully_resolved
-from geneva_drive.steps import SignalMatcher
+from geneva_drive.definition.steps import SignalMatcher
+from geneva_drive.engine.signals import fully_resolved
 from geneva_drive.testing import (
     assert_signal_state,
     assert_waiting_for_signal,
@@ -517,8 +517,8 @@ def test_cancel_cancels_a_parked_execution_and_attached_signals_stay_claimed(ses
 
 
 def test_creating_a_new_execution_past_a_parked_one_sweeps_it(session):
-    from geneva_drive import scheduling
     from geneva_drive import settings as gd_settings
+    from geneva_drive.engine import scheduling
 
     wf = start(session, SigLifeTwoWaits)
     perform_next_step(wf)

@@ -8,8 +8,8 @@ import uuid
 import pytest
 
 from geneva_drive import SerializationError, Workflow, step
-from geneva_drive.serialization import Reference, decode, decoding_session, encode
-from geneva_drive.steps import SignalMatcher
+from geneva_drive.definition.steps import SignalMatcher
+from geneva_drive.storage.serialization import Reference, decode, decoding_session, encode
 from tests.signals._support import drive, notes, start
 from tests.support.app import Account, AuditEntry, Device, Order
 

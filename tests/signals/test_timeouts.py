@@ -8,7 +8,8 @@ from datetime import timedelta
 import pytest
 
 from geneva_drive import StepConfigurationError, Workflow, WorkflowNotOngoing, step
-from geneva_drive.executor import run_execution
+from geneva_drive.engine.executor import run_execution
+from geneva_drive.storage.db import session_factory
 from geneva_drive.testing import assert_waiting_for_signal, perform_next_step
 from tests.engine._support import RecordingBackend, current, history
 from tests.signals._support import (
@@ -350,7 +351,7 @@ def test_a_signal_and_the_timer_racing_in_two_threads_resolve_the_step_exactly_o
         errors: list[BaseException] = []
 
         def deliver(workflow_id=wf.id, barrier=barrier, errors=errors) -> None:
-            with gd.session_factory()() as s:
+            with session_factory(gd)() as s:
                 barrier.wait(timeout=30)
                 try:
                     s.get(Workflow, workflow_id).signal("approved")

@@ -7,7 +7,7 @@ import logging
 from sqlalchemy.orm import Session
 
 from geneva_drive import Workflow, create_engine, step
-from geneva_drive.config import configured
+from geneva_drive.runtime.configure import configured
 
 log = logging.getLogger("geneva_drive")
 

@@ -12,7 +12,8 @@ from sqlalchemy import Engine, Table, select, text
 from sqlalchemy.orm import Session
 
 from geneva_drive import StepExecution, Workflow
-from geneva_drive.executor import RunOptions, run_execution
+from geneva_drive.engine.executor import RunOptions, run_execution
+from geneva_drive.storage.db import session_factory
 from tests.worker.apps import SimulatedCrash
 
 
@@ -83,7 +84,7 @@ def finished(gd: Any, workflow_id: int) -> Callable[[], bool]:
     """A check, in a fresh session of ``gd``, that the workflow has finished."""
 
     def check() -> bool:
-        with gd.session_factory()() as s:
+        with session_factory(gd)() as s:
             return bool(s.get(Workflow, workflow_id).state == "finished")
 
     return check

@@ -22,9 +22,9 @@ from sqlalchemy import Engine, event, select, text
 from sqlalchemy.exc import OperationalError
 
 from geneva_drive import DatabaseBackend, Workflow, step
-from geneva_drive.config import configured
-from geneva_drive.executor import RunOptions, claim_and_run
-from geneva_drive.models import StepExecution
+from geneva_drive.engine.executor import RunOptions, claim_and_run
+from geneva_drive.runtime.configure import configured
+from geneva_drive.storage.models import StepExecution
 from tests.engine._support import history, reload
 from tests.worker._support import someone_waits_for_a_lock, wait_until_true
 from tests.worker.apps import WorkerScaleThreeSteps

@@ -14,8 +14,8 @@ from sqlalchemy import event, select
 from sqlalchemy.engine import Engine
 
 from geneva_drive import StepExecution, Workflow, step
-from geneva_drive import executor as executor_module
-from geneva_drive.worker import Worker
+from geneva_drive.engine import executor as executor_module
+from geneva_drive.runtime.worker import Worker
 from tests.support.app import AuditEntry, Order
 from tests.support.statements import WRITES
 from tests.worker._support import state_of, trail

@@ -13,8 +13,9 @@ from typing import Any, ClassVar
 from sqlalchemy import select
 
 from geneva_drive import StepExecution, Workflow, step
-from geneva_drive.executor import RunOptions, claim_and_run
-from geneva_drive.worker import Worker
+from geneva_drive.engine.executor import RunOptions, claim_and_run
+from geneva_drive.runtime.worker import Worker
+from geneva_drive.storage.db import session_factory
 from tests.worker._support import DEADLINE, trail
 from tests.worker.apps import WorkerScaleThreeSteps
 from tests.worker.test_chaining import _writing_commits
@@ -77,7 +78,7 @@ def _run(gd: Any, *workflows: Workflow) -> Worker:
     deadline = time.monotonic() + DEADLINE
 
     def all_done() -> bool:  # or given up on: the assertions then say what is left
-        with gd.session_factory()() as s:
+        with session_factory(gd)() as s:
             done = all(s.get(Workflow, i).state in ("finished", "canceled") for i in ids)
         return done or time.monotonic() > deadline
 

@@ -12,10 +12,11 @@ from sqlalchemy import text
 from sqlalchemy.orm import Session, reconstructor
 from sqlalchemy.orm.attributes import instance_state
 
-from geneva_drive import StepExecution, Workflow, queries, step
-from geneva_drive.executor import RunOptions, claim_and_run
-from geneva_drive.queries import claims
-from geneva_drive.states import ExecutionState
+from geneva_drive import StepExecution, Workflow, step
+from geneva_drive.core.states import ExecutionState
+from geneva_drive.engine.executor import RunOptions, claim_and_run
+from geneva_drive.storage import queries
+from geneva_drive.storage.queries import claims
 from tests.engine._support import history
 
 

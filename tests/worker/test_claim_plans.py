@@ -19,10 +19,10 @@ import psycopg
 import pytest
 from sqlalchemy import event
 
-from geneva_drive import queries
-from geneva_drive.loaded import claim_scope
-from geneva_drive.queries import bypass, claims
-from geneva_drive.queries.claims import ClaimScope
+from geneva_drive.runtime.loaded import claim_scope
+from geneva_drive.storage import queries
+from geneva_drive.storage.queries import bypass, claims
+from geneva_drive.storage.queries.claims import ClaimScope
 from tests.worker.apps import WorkerScaleThreeSteps
 
 BACKLOG = 300

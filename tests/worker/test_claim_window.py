@@ -17,10 +17,10 @@ import pytest
 from sqlalchemy import Engine, select, text
 from sqlalchemy.orm import Session
 
-from geneva_drive import queries
-from geneva_drive.executor import RunOptions, claim_and_run
-from geneva_drive.loaded import claim_scope
-from geneva_drive.queries.claims import CLAIM_WINDOWS
+from geneva_drive.engine.executor import RunOptions, claim_and_run
+from geneva_drive.runtime.loaded import claim_scope
+from geneva_drive.storage import queries
+from geneva_drive.storage.queries.claims import CLAIM_WINDOWS
 from tests.engine._support import reload
 from tests.worker._support import trail
 from tests.worker.apps import WorkerScaleThreeSteps

@@ -21,8 +21,8 @@ import pytest
 from sqlalchemy import Engine, select, text
 
 from geneva_drive import Workflow, step
-from geneva_drive.executor import run_execution
-from geneva_drive.models import StepExecution
+from geneva_drive.engine.executor import run_execution
+from geneva_drive.storage.models import StepExecution
 from tests.engine._support import history
 from tests.worker._support import lock_waiters, wait_until_true
 

@@ -16,10 +16,11 @@ from typing import Any, ClassVar
 import pytest
 from sqlalchemy import Engine, select, text
 
-from geneva_drive import StepExecution, Workflow, events, step
-from geneva_drive.executor import RunOptions, claim_and_run
-from geneva_drive.loaded import claim_scope
-from geneva_drive.models import TIMEOUT_FOR
+from geneva_drive import StepExecution, Workflow, step
+from geneva_drive.core import events
+from geneva_drive.engine.executor import RunOptions, claim_and_run
+from geneva_drive.runtime.loaded import claim_scope
+from geneva_drive.storage.models import TIMEOUT_FOR
 from tests.engine._support import reload
 from tests.worker._support import trail
 from tests.worker.apps import WorkerScaleThreeSteps

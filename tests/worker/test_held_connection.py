@@ -13,7 +13,7 @@ from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
 from geneva_drive import Workflow, step
-from geneva_drive.executor import RunOptions, claim_and_run
+from geneva_drive.engine.executor import RunOptions, claim_and_run
 from tests.budgets._support import cost_of
 from tests.engine._support import reload
 from tests.support.app import AuditEntry

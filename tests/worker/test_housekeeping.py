@@ -10,8 +10,10 @@ from typing import Any
 import pytest
 from sqlalchemy import event, func, insert, select, update
 
-from geneva_drive import Signal, StepExecution, Workflow, housekeeping, step
-from geneva_drive.config import configured
+from geneva_drive import Signal, StepExecution, Workflow, step
+from geneva_drive.engine import recovery
+from geneva_drive.runtime import housekeeping
+from geneva_drive.runtime.configure import configured
 from geneva_drive.testing import perform_next_step, speedrun
 from tests.engine._support import RecordingBackend, executions
 from tests.worker._support import crash_current_step, state_of, table_of, trail
@@ -330,7 +332,7 @@ def test_recover_execution_refuses_an_unknown_action_naming_the_choices(gd, sess
     wf = WorkerCrashable.create(session)
     session.commit()
     with pytest.raises(ValueError, match=r"action='retry'.*'reattempt', 'cancel'"):
-        housekeeping.recover_execution(session, wf.current_execution.id, "retry")
+        recovery.recover_execution(session, wf.current_execution.id, "retry")
 
 
 # -- paused workflows (H-12) ----------------------------------------------------------------

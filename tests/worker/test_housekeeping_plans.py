@@ -17,7 +17,8 @@ from typing import Any
 
 from sqlalchemy import event, insert, text
 
-from geneva_drive import Signal, StepExecution, Workflow, housekeeping
+from geneva_drive import Signal, StepExecution, Workflow
+from geneva_drive.runtime import housekeeping
 from tests.worker._support import table_of
 from tests.worker.test_housekeeping import HousekeepingTwoSteps
 

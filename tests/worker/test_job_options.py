@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from geneva_drive import StepConfigurationError, Workflow, step
-from geneva_drive.config import configured
-from geneva_drive.executor import claim_and_run
-from geneva_drive.queries.claims import ClaimScope
-from geneva_drive.worker import Worker
+from geneva_drive.engine.executor import claim_and_run
+from geneva_drive.runtime.configure import configured
+from geneva_drive.runtime.worker import Worker
+from geneva_drive.storage.queries.claims import ClaimScope
 from tests.engine._support import RecordingBackend
 from tests.worker._support import trail
 

@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import text
 
 from geneva_drive import Workflow, step
-from geneva_drive.executor import RunOptions, claim_and_run
+from geneva_drive.engine.executor import RunOptions, claim_and_run
 from tests.engine._support import history, load_elsewhere, other_session, reload
 from tests.support.statements import first_words
 from tests.worker.apps import WorkerScaleThreeSteps
@@ -133,7 +133,7 @@ def _rows(session, wf: Workflow) -> tuple[dict[str, Any], list[dict[str, Any]]]:
 def test_the_portable_and_the_one_statement_completer_write_the_same_rows(
     gd, session, db_backend, monkeypatch
 ):
-    from geneva_drive import writer
+    from geneva_drive.engine import writer
 
     fast = WorkerScaleThreeSteps.create(session)
     session.commit()

@@ -16,8 +16,8 @@ import pytest
 from sqlalchemy.orm import Session
 
 from geneva_drive import DatabaseBackend, SystemClock, create_engine
-from geneva_drive.config import configured
-from geneva_drive.worker import Worker
+from geneva_drive.runtime.configure import configured
+from geneva_drive.runtime.worker import Worker
 from tests.support.postgres import unique_database_name
 from tests.worker._outage import DatabaseProxy
 from tests.worker._support import finished, wait_until_true
@@ -123,7 +123,7 @@ def test_an_outage_while_running_is_one_line_each_way_and_the_worker_carries_on(
 def test_an_attempt_begun_before_the_database_came_back_that_fails_late_is_no_new_outage(caplog):
     # Thread A's claim starts during the outage on a dead connection; thread B sees the
     # database back; A's attempt then fails. That is the old outage's tail: one line each way.
-    from geneva_drive.startup import Outages
+    from geneva_drive.runtime.startup import Outages
 
     outages = Outages(logging.getLogger("geneva_drive.test_outages"))
     error = ConnectionError("server closed the connection unexpectedly")
@@ -142,7 +142,7 @@ def test_an_attempt_begun_before_the_database_came_back_that_fails_late_is_no_ne
 def test_a_success_of_an_attempt_begun_before_the_outage_does_not_end_it(caplog):
     # A claim in flight on a connection the cut has not reached yet finishes fine after
     # another thread's failure started the outage: that is no sign the database is back.
-    from geneva_drive.startup import Outages
+    from geneva_drive.runtime.startup import Outages
 
     outages = Outages(logging.getLogger("geneva_drive.test_outages"))
     begun_before = time.monotonic()

@@ -14,10 +14,12 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from geneva_drive import Workflow, loaded, step
-from geneva_drive.loaded import NoWorkflowsLoaded, claim_scope
-from geneva_drive.queries import next_claimable_due_time
-from geneva_drive.worker import Worker
+from geneva_drive import Workflow, step
+from geneva_drive.runtime import loaded
+from geneva_drive.runtime.loaded import NoWorkflowsLoaded, claim_scope
+from geneva_drive.runtime.worker import Worker
+from geneva_drive.storage.db import session_factory
+from geneva_drive.storage.queries import next_claimable_due_time
 from tests.support.app import Order
 from tests.worker._support import finished, trail, wait_until_true
 from tests.worker.apps import WorkerScaleThreeSteps
@@ -134,7 +136,7 @@ def test_the_idle_timer_ignores_due_rows_the_worker_will_not_claim(gd, session, 
     session.commit()
     _retype(session, wf, "type", "VanishedTimer")
 
-    with gd.session_factory()() as s, s.begin():
+    with session_factory(gd)() as s, s.begin():
         assert next_claimable_due_time(s) == clock.now()  # every class: it is due
         assert next_claimable_due_time(s, claim_scope(None)) is None
 

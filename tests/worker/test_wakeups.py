@@ -8,8 +8,8 @@ from datetime import datetime
 from sqlalchemy.orm import Session
 
 from geneva_drive import DatabaseBackend, Workflow, step
-from geneva_drive.config import configured
-from geneva_drive.worker import IdleThreads, Worker
+from geneva_drive.runtime.configure import configured
+from geneva_drive.runtime.worker import IdleThreads, Worker
 from tests.worker._support import DEADLINE, finished, wait_until_true
 
 FOREVER = 600.0  # a sleep the tests never wait out: only a wake-up ends it in time
@@ -325,7 +325,7 @@ def test_a_wakeup_between_an_empty_claim_and_the_sleep_is_not_lost(gd):
 def test_freezing_startup_objects_exempts_them_from_full_collections():
     import gc
 
-    from geneva_drive.worker import freeze_startup_objects
+    from geneva_drive.runtime.worker import freeze_startup_objects
 
     try:
         freeze_startup_objects()

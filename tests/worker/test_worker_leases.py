@@ -11,9 +11,10 @@ from typing import ClassVar
 import pytest
 from sqlalchemy import update
 
-from geneva_drive import StepExecution, Workflow, housekeeping, step
-from geneva_drive.executor import claim_and_run
-from geneva_drive.worker import Worker
+from geneva_drive import StepExecution, Workflow, step
+from geneva_drive.engine import recovery
+from geneva_drive.engine.executor import claim_and_run
+from geneva_drive.runtime.worker import Worker
 from tests.worker._support import crash_current_step, fresh_execution, state_of, trail
 from tests.worker.apps import SimulatedCrash, WorkerCrashable
 
@@ -159,7 +160,7 @@ def test_a_worker_whose_lease_was_recovered_discards_its_late_result(gd, session
     try:
         assert entered.wait(60)
         clock.advance(timedelta(seconds=31))  # it stalled: no heartbeat for longer than a lease
-        assert housekeeping.recover_expired_leases(gd) == 1
+        assert recovery.recover_expired_leases(gd) == 1
     finally:
         gate.set()
         thread.join(60)
@@ -175,9 +176,9 @@ def test_recover_execution_is_idempotent(gd, session, clock):
     wf = WorkerCrashable.create(session)
     execution = crash_current_step(session, wf, worker_id="dead")
 
-    assert housekeeping.recover_execution(session, execution.id) is True
+    assert recovery.recover_execution(session, execution.id) is True
     session.commit()
-    assert housekeeping.recover_execution(session, execution.id) is False
+    assert recovery.recover_execution(session, execution.id) is False
     session.commit()
 
     assert trail(session, wf) == [

@@ -22,7 +22,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from geneva_drive import SystemClock, create_engine
-from geneva_drive.config import configured
+from geneva_drive.runtime.configure import configured
 from tests.worker.apps import WorkerBlockingStep, WorkerScaleThreeSteps
 
 REPO = Path(__file__).resolve().parents[2]

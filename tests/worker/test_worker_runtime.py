@@ -11,10 +11,10 @@ from sqlalchemy import func, select
 
 import geneva_drive
 from geneva_drive import DatabaseBackend, StepExecution, Workflow, resumable_step, step
-from geneva_drive.config import configured
-from geneva_drive.executor import claim_and_run
-from geneva_drive.queries.claims import ClaimScope
-from geneva_drive.worker import Worker
+from geneva_drive.engine.executor import claim_and_run
+from geneva_drive.runtime.configure import configured
+from geneva_drive.runtime.worker import Worker
+from geneva_drive.storage.queries.claims import ClaimScope
 from tests.worker._support import (
     DEADLINE,
     finished,

@@ -11,7 +11,7 @@ frozen dataclasses of plain values; :func:`to_json` turns them into JSON-ready d
 - measure: :func:`stats`
 """
 
-from .act import (
+from geneva_drive.admin.act import (
     ACTIONS,
     ActionResult,
     BulkResult,
@@ -24,12 +24,12 @@ from .act import (
     signal,
     skip,
 )
-from .errors import AdminInputError, AdminNotFound, AdminRefused
-from .filters import WorkflowFilter
-from .find import BoundedCount, Page, WorkflowSummary, count, find, for_hero
-from .inspect import ActionEntry, ExecutionEntry, SignalEntry, Timeline, show
-from .jsonable import to_json
-from .measure import OutcomeBucket, OutcomeCount, QueueBacklog, Stats, stats
+from geneva_drive.admin.filters import WorkflowFilter
+from geneva_drive.admin.find import BoundedCount, Page, WorkflowSummary, count, find, for_hero
+from geneva_drive.admin.inspect import ActionEntry, ExecutionEntry, SignalEntry, Timeline, show
+from geneva_drive.admin.jsonable import to_json
+from geneva_drive.admin.measure import OutcomeBucket, OutcomeCount, QueueBacklog, Stats, stats
+from geneva_drive.core.errors import AdminInputError, AdminNotFound, AdminRefused
 
 __all__ = [
     "ACTIONS",

@@ -17,27 +17,30 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
-from .. import operations, outcomes, queries, scheduling, signals, writer
-from ..backends.base import EnqueuedStep, enqueue_after_commit
-from ..config import settings
-from ..errors import (
+from geneva_drive.admin.filters import WorkflowFilter
+from geneva_drive.admin.find import find
+from geneva_drive.core.errors import (
+    AdminInputError,
+    AdminNotFound,
+    AdminRefused,
     InvalidStateError,
     PayloadTooLargeError,
     SerializationError,
     StepNotDefinedError,
     WorkflowNotOngoing,
 )
-from ..models import StepExecution
-from ..outcomes import Next
-from ..queries import admin as q
-from ..states import ExecutionState, WorkflowState
-from ..workflow import Workflow
-from .errors import AdminInputError, AdminNotFound, AdminRefused
-from .filters import WorkflowFilter
-from .find import find
+from geneva_drive.core.settings import settings
+from geneva_drive.core.states import ExecutionState, WorkflowState
+from geneva_drive.definition.workflow import Workflow, as_workflow
+from geneva_drive.engine import operations, outcomes, scheduling, signals, writer
+from geneva_drive.engine.outcomes import Next
+from geneva_drive.engine.wakeups import enqueue_after_commit, enqueued_step
+from geneva_drive.storage import queries
+from geneva_drive.storage.models import StepExecution
+from geneva_drive.storage.queries import admin as q
 
 if TYPE_CHECKING:
-    from ..workflow import Workflow
+    from geneva_drive.definition.workflow import Workflow
 
 ACTIONS = ("pause", "resume", "skip", "cancel", "retry", "resume_at", "signal")
 MAX_ACTOR = 255
@@ -207,7 +210,7 @@ def _act(
 ) -> ActionResult:
     _check_actor(actor, reason)
     with session.begin_nested():  # a refusal rolls back this action and nothing else
-        workflow = queries.lock_workflow(session, workflow_id)
+        workflow = as_workflow(queries.lock_workflow(session, workflow_id))
         if workflow is None:
             raise AdminNotFound(f"no workflow with id={workflow_id}; nothing to {action}")
         before = workflow.state
@@ -293,7 +296,7 @@ def _retry(session: Session, workflow: Workflow, now: datetime) -> tuple[str, in
     q.make_due(session, execution, now)
     # Handed to the backend again: its first wake-up carried the old due time (Celery's eta),
     # or was lost (an overdue row). A duplicate wake-up is harmless.
-    enqueue_after_commit(session, EnqueuedStep.for_execution(workflow, execution))
+    enqueue_after_commit(session, enqueued_step(workflow, execution))
     return f"step {execution.step_name!r} due now (was due {due.isoformat()})", execution.id
 
 

@@ -8,8 +8,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from ..states import WorkflowState
-from .errors import AdminInputError
+from geneva_drive.core.errors import AdminInputError
+from geneva_drive.core.states import WorkflowState
+from geneva_drive.storage.queries.admin import Selection
 
 # Short spellings accepted by parse() (and the CLI's --where), beside the field names.
 ALIASES = {
@@ -24,22 +25,9 @@ ALIASES = {
 
 
 @dataclass(frozen=True)
-class WorkflowFilter:
-    """Every field narrows the selection; None means any. A tuple: any of its values."""
-
-    workflow_type: str | tuple[str, ...] | None = None  # the stored ``type`` (class name)
-    state: str | tuple[str, ...] | None = None  # WorkflowState values
-    hero_type: str | None = None
-    hero_id: str | None = None
-    current_step: str | None = None  # the step it stands at (current or next step name)
-    error_class: str | None = None  # error_class_name of its latest failed execution
-    awaiting_signal: str | None = None  # the signal its waiting execution waits for; "*": any
-    created_after: datetime | None = None
-    created_before: datetime | None = None
-    transitioned_after: datetime | None = None
-    transitioned_before: datetime | None = None
-    has_failed_execution: bool | None = None
-    ids: tuple[int, ...] | None = None
+class WorkflowFilter(Selection):
+    """Every field narrows the selection; None means any. A tuple: any of its values.
+    The fields are those of the query layer's :class:`Selection`; this adds their parsing."""
 
     @classmethod
     def parse(cls, items: Sequence[str]) -> WorkflowFilter:

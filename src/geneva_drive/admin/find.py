@@ -9,17 +9,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import inspect as sa_inspect
-from sqlalchemy.orm import Session, object_session
+from sqlalchemy.orm import Session
 
-from ..queries import admin as q
-from ..states import ONGOING_WORKFLOW_STATES
-from ..workflow import Workflow
-from .errors import AdminInputError
-from .filters import WorkflowFilter
+from geneva_drive.admin.filters import WorkflowFilter
+from geneva_drive.core.errors import AdminInputError
+from geneva_drive.definition.workflow import Workflow
+from geneva_drive.engine.verbs import workflows_of_hero
+from geneva_drive.storage.queries import admin as q
 
 if TYPE_CHECKING:
-    from ..workflow import Workflow
+    from geneva_drive.definition.workflow import Workflow
 
 MAX_PAGE = 1000
 
@@ -118,33 +117,7 @@ def count(
 
 def for_hero(session: Session, hero: Any, *, ongoing_only: bool = False) -> list[Workflow]:
     """Every workflow (of any class) about ``hero``, oldest first."""
-    return _of_hero(Workflow, session, hero, ongoing_only=ongoing_only)
-
-
-def ongoing_for(cls: type[Workflow], hero: Any, session: Session | None = None) -> list[Workflow]:
-    """``Workflow.ongoing_for(hero)``: ongoing workflows of ``cls`` (and its subclasses)."""
-    if session is None:
-        session = object_session(hero)
-    if session is None:
-        raise AdminInputError(
-            f"{cls.__name__}.ongoing_for({hero!r}): the hero is not in a session; pass "
-            "session=<your session>"
-        )
-    return _of_hero(cls, session, hero, ongoing_only=True)
-
-
-def _of_hero(model: Any, session: Session, hero: Any, *, ongoing_only: bool) -> list[Workflow]:
-    identity = sa_inspect(hero, raiseerr=False)
-    key = getattr(identity, "identity", None)
-    if key is None or len(key) != 1:
-        raise AdminInputError(
-            f"for_hero({hero!r}): expected a saved instance of a mapped class with a "
-            "single-column primary key (the kind of hero create() takes)"
-        )
-    rows = q.hero_workflows(
-        session, model, type(hero).__name__, str(key[0]), ongoing_only=ongoing_only
-    )
-    return [w for w in rows if not ongoing_only or w.state in ONGOING_WORKFLOW_STATES]
+    return workflows_of_hero(Workflow, hero, session, ongoing_only=ongoing_only)
 
 
 # -- the cursor: opaque to callers, a keyset to us -------------------------------------------

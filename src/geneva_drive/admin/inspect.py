@@ -9,13 +9,13 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from .. import serialization
-from ..models import TIMEOUT_FOR
-from ..queries import admin as q
-from ..states import ExecutionState, Outcome
-from ..workflow import Workflow
-from .errors import AdminInputError, AdminNotFound
-from .find import WorkflowSummary, summaries
+from geneva_drive.admin.find import WorkflowSummary, summaries
+from geneva_drive.core.errors import AdminInputError, AdminNotFound
+from geneva_drive.core.states import ExecutionState, Outcome
+from geneva_drive.definition.workflow import Workflow
+from geneva_drive.storage import serialization
+from geneva_drive.storage.models import TIMEOUT_FOR
+from geneva_drive.storage.queries import admin as q
 
 PREVIEW = 200  # characters of a signal payload shown in a timeline
 

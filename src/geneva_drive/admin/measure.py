@@ -8,9 +8,9 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from ..config import settings
-from ..queries import admin as q
-from ..states import ExecutionState, Outcome, WorkflowState
+from geneva_drive.core.settings import settings
+from geneva_drive.core.states import ExecutionState, Outcome, WorkflowState
+from geneva_drive.storage.queries import admin as q
 
 BUCKET = timedelta(minutes=5)
 BUCKETS = 12  # the last hour, in BUCKET-long slices

@@ -59,7 +59,10 @@ import uuid
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
+
+from geneva_drive.engine import recovery
+from geneva_drive.storage.db import session_factory
 
 try:
     import celery  # type: ignore[import-untyped]
@@ -76,19 +79,20 @@ except ImportError as error:  # pragma: no cover - exercised in a subprocess by 
 
 from sqlalchemy.orm import Session
 
-from .. import housekeeping, queries
-from ..backends.base import EnqueuedStep
-from ..config import Settings, settings
-from ..errors import StepConfigurationError
-from ..executor import RunOptions, run_execution
-from ..leases import RunningExecutions, renew
-from ..queries.dispatch import execution_to_send
-from ..shutdown import request_shutdown, shutdown_requested
-from ..states import ExecutionState
+from geneva_drive.core.errors import StepConfigurationError
+from geneva_drive.core.ports import EnqueuedStep
+from geneva_drive.core.settings import Settings, settings
+from geneva_drive.core.shutdown import request_shutdown, shutdown_requested
+from geneva_drive.core.states import ExecutionState
+from geneva_drive.engine.executor import RunOptions, run_execution
+from geneva_drive.engine.leases import RunningExecutions, renew
+from geneva_drive.engine.wakeups import enqueued_step
+from geneva_drive.storage import queries
+from geneva_drive.storage.queries.dispatch import execution_to_send
 
 if TYPE_CHECKING:
-    from ..models import StepExecution
-    from ..workflow import Workflow
+    from geneva_drive.definition.workflow import Workflow
+    from geneva_drive.storage.models import StepExecution, WorkflowColumns
 
 __all__ = [
     "TASK_NAME",
@@ -200,7 +204,7 @@ class CeleryBackend:
         task_id = self.send(step, now)
         if task_id is not None:
             resend_at = self.first_resend_at(step.scheduled_for, now)
-            with config.session_factory()() as session, session.begin():
+            with session_factory(config)() as session, session.begin():
                 queries.record_job_id(session, step.execution_id, task_id, now, resend_at)
 
     def first_resend_at(self, due: datetime, sent: datetime) -> datetime:
@@ -323,14 +327,14 @@ def _send_again(
     """An early message: send a new one with the remaining countdown (ETA), or leave the row
     to the dispatcher (beyond the horizon, or no CeleryBackend to send with)."""
     task_id = resend_at = step = None
-    with config.session_factory()() as session, session.begin():
+    with session_factory(config)() as session, session.begin():
         found = execution_to_send(session, execution_id)
         if found is not None:
             step = _enqueued_step(*found)
     if step is not None and backend is not None:
         task_id = backend.send(step, now)
         resend_at = None if task_id is None else backend.first_resend_at(step.scheduled_for, now)
-    with config.session_factory()() as session, session.begin():
+    with session_factory(config)() as session, session.begin():
         queries.record_job_id(session, execution_id, task_id, now, resend_at)
     log.warning(
         "%s(%s): arrived before the execution is due (%s); not running it early — %s",
@@ -466,7 +470,7 @@ def dispatch(config: Settings | None = None, backend: CeleryBackend | None = Non
             "not a CeleryBackend; configure(backend=CeleryBackend(app)) or pass backend="
         )
     backend = chosen
-    recovered = housekeeping.recover_expired_leases(config)
+    recovered = recovery.recover_expired_leases(config)
     if recovered:
         log.warning("recovered %d step execution(s) whose worker process died", recovered)
     sent = 0
@@ -497,7 +501,7 @@ def dispatch(config: Settings | None = None, backend: CeleryBackend | None = Non
                     sent_ids.append((step.execution_id, task_id, resend_at))
         finally:  # the broker failed mid-batch: still remember what did go out
             if sent_ids:
-                with config.session_factory()() as session, session.begin():
+                with session_factory(config)() as session, session.begin():
                     for execution_id, task_id, resend_at in sent_ids:
                         queries.record_job_id(session, execution_id, task_id, now, resend_at)
         sent += len(sent_ids)
@@ -506,10 +510,10 @@ def dispatch(config: Settings | None = None, backend: CeleryBackend | None = Non
             return sent
 
 
-def _enqueued_step(execution: StepExecution, workflow: Workflow) -> EnqueuedStep:
+def _enqueued_step(execution: StepExecution, workflow: WorkflowColumns) -> EnqueuedStep:
     # Options recomputed as when the row was scheduled; a row whose class is gone (loaded as
     # the base class) is sent with Celery's default routing.
-    return EnqueuedStep.for_execution(workflow, execution)
+    return enqueued_step(cast("Workflow", workflow), execution)
 
 
 def run_dispatcher(

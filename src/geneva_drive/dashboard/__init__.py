@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .app import create_app
+    from geneva_drive.dashboard.app import create_app
 
 __all__ = ["create_app"]
 
@@ -19,7 +19,7 @@ def __getattr__(name: str) -> Any:
     if name != "create_app":
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     try:
-        from .app import create_app
+        from geneva_drive.dashboard.app import create_app
     except ModuleNotFoundError as error:
         raise ModuleNotFoundError(
             f"geneva_drive.dashboard needs {error.name!r}, which is not installed; install the "

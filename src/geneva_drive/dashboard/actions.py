@@ -18,13 +18,13 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from .. import admin
-from ..admin import AdminInputError, AdminNotFound, AdminRefused, WorkflowFilter
-from ..engine import engine_for_workers
-from .app import Dashboard, cookie_path, set_cookie, set_flash
-from .forms import FilterForm, first, parse_body
-from .pages import BULK_ACTIONS
-from .security import AUTH_COOKIE, CSRF_FIELD, csrf_ok
+from geneva_drive import admin
+from geneva_drive.admin import AdminInputError, AdminNotFound, AdminRefused, WorkflowFilter
+from geneva_drive.dashboard.app import Dashboard, cookie_path, set_cookie, set_flash
+from geneva_drive.dashboard.forms import FilterForm, first, parse_body
+from geneva_drive.dashboard.pages import BULK_ACTIONS
+from geneva_drive.dashboard.security import AUTH_COOKIE, CSRF_FIELD, csrf_ok
+from geneva_drive.storage.db import engine_for_workers
 
 
 def routes(dash: Dashboard) -> list[BaseRoute]:

@@ -26,10 +26,9 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..clock import Clock, SystemClock
-from ..engine import engine_for_workers, prepare_engine
-from . import format as fmt
-from .security import (
+from geneva_drive.core.clock import Clock, SystemClock
+from geneva_drive.dashboard import format as fmt
+from geneva_drive.dashboard.security import (
     CSRF_COOKIE,
     CSRF_FIELD,
     SECURITY_HEADERS,
@@ -39,6 +38,7 @@ from .security import (
     Signer,
     csrf_token,
 )
+from geneva_drive.storage.db import engine_for_workers, prepare_engine
 
 HERE = Path(__file__).parent
 FLASH_COOKIE = "gd_flash"
@@ -241,7 +241,7 @@ def create_app(
     name recorded with each action. ``secret`` signs CSRF tokens and messages; by default it is
     random per process (set one when several processes serve the dashboard).
     """
-    from . import actions, pages
+    from geneva_drive.dashboard import actions, pages
 
     if refresh_seconds <= 0 or page_size < 1 or count_cap < 1:
         raise ValueError(

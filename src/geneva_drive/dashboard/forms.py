@@ -12,8 +12,8 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
-from ..admin import AdminInputError, WorkflowFilter
-from ..states import WorkflowState
+from geneva_drive.admin import AdminInputError, WorkflowFilter
+from geneva_drive.core.states import WorkflowState
 
 STATES = tuple(state.value for state in WorkflowState)
 MAX_FORM_BYTES = 256 * 1024  # a signal payload is capped at 128 KiB by default

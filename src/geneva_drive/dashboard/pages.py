@@ -16,12 +16,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from .. import admin
-from ..admin import AdminInputError, AdminNotFound, WorkflowFilter
-from ..states import WorkflowState
-from .app import Dashboard
-from .forms import STATES, FilterForm
-from .sparkline import sparkline
+from geneva_drive import admin
+from geneva_drive.admin import AdminInputError, AdminNotFound, WorkflowFilter
+from geneva_drive.core.states import WorkflowState
+from geneva_drive.dashboard.app import Dashboard
+from geneva_drive.dashboard.forms import STATES, FilterForm
+from geneva_drive.dashboard.sparkline import sparkline
 
 # The actions the workflow page offers in each state; the admin API has the last word (it
 # refuses what the state no longer allows by the time the form is sent).

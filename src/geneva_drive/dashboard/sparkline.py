@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..admin import OutcomeBucket
-from ..admin.measure import BUCKET
+from geneva_drive.admin import OutcomeBucket
+from geneva_drive.admin.measure import BUCKET
 
 HEIGHT = 40  # viewBox units; the bars scale to the busiest bucket
 BAR = 10

@@ -1,0 +1,3 @@
+from geneva_drive.cli import main
+
+main()

@@ -1,0 +1,301 @@
+"""The ``geneva-drive`` command: a thin layer over the library's Python functions.
+
+Importing this module imports only the core install; a command that needs an optional extra
+(``dispatch``: Celery; ``dashboard``: Starlette, uvicorn, Jinja2) imports it when it runs, and
+without it exits with code 2 and the ``pip install 'geneva-drive[...]'`` that fixes it. The
+options and helpers several command modules share are in :mod:`geneva_drive.cli.options`.
+
+An error is one line on stderr that says what failed and how to fix it; ``--traceback`` (in
+any position) shows the full traceback instead. Exit codes: 2 for a usage or setup mistake
+(a bad option, an ``--app`` that does not import, no workflows loaded, an optional extra the
+command needs not installed), 1 for anything else
+(the database unreachable or at another schema revision, a failed run).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from geneva_drive import __version__
+from geneva_drive.cli.options import (
+    _CLICK,
+    _NO_ARGS_IS_HELP,
+    PROG,
+    TRACEBACK_FLAG,
+    AppImportError,
+    AppModules,
+    DatabaseUrl,
+    MissingExtra,
+    WaitForDatabase,
+    app,
+    engine,
+    import_app,
+    import_extra,
+    load_app,
+    setup_logging,
+)
+from geneva_drive.core.errors import GenevaDriveError, StepConfigurationError
+from geneva_drive.runtime import housekeeping as hk
+from geneva_drive.runtime.configure import configure
+from geneva_drive.runtime.loaded import NoWorkflowsLoaded
+from geneva_drive.runtime.startup import (
+    DEFAULT_WAIT_SECONDS,
+    StartupError,
+    check_database,
+    first_line,
+)
+from geneva_drive.runtime.startup import wait_for_database as wait_for
+from geneva_drive.runtime.worker import Worker
+from geneva_drive.storage.migrate import current_revision, install
+
+# The names other modules and the tests import from here (the app, the shared options).
+__all__ = [
+    "PROG",
+    "TRACEBACK_FLAG",
+    "AppImportError",
+    "AppModules",
+    "DatabaseUrl",
+    "MissingExtra",
+    "WaitForDatabase",
+    "app",
+    "describe",
+    "import_app",
+    "main",
+]
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"{PROG} {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Show the version and exit."
+        ),
+    ] = False,
+    traceback: Annotated[
+        bool,
+        typer.Option(TRACEBACK_FLAG, help="On an error, show the full traceback (any position)."),
+    ] = False,
+) -> None:
+    """Durable multi-step workflows in your own SQL database."""
+
+
+@app.command()
+def migrate(database_url: DatabaseUrl, wait_for_database: WaitForDatabase = 0.0) -> None:
+    """Create or upgrade geneva-drive's tables (its own Alembic version table)."""
+    db = engine(database_url)
+    wait_for(db, wait=wait_for_database)
+    install(db)
+    typer.echo(f"geneva-drive schema at revision {current_revision(db)}")
+
+
+@app.command()
+def worker(
+    database_url: DatabaseUrl,
+    app_module: AppModules = None,
+    queues: Annotated[
+        str | None, typer.Option(help="Comma-separated queues to serve (default: all).")
+    ] = None,
+    concurrency: Annotated[
+        int | None, typer.Option(help="Worker threads (default: 4; 1 on SQLite).")
+    ] = None,
+    poll_interval: Annotated[float, typer.Option(help="Seconds between idle polls.")] = 1.0,
+    lease: Annotated[
+        float,
+        typer.Option(
+            help="Seconds a claimed step stays claimed without a heartbeat (heartbeats every "
+            "third of it); a dead worker's step is recovered by another worker after this."
+        ),
+    ] = 30.0,
+    grace_period: Annotated[
+        float,
+        typer.Option(help="Seconds running steps get to finish after SIGTERM/SIGINT."),
+    ] = 30.0,
+    housekeeping_interval: Annotated[
+        float | None,
+        typer.Option(
+            help="Also run housekeeping every N seconds (one worker at a time). Default: off."
+        ),
+    ] = None,
+    wait_for_database: WaitForDatabase = DEFAULT_WAIT_SECONDS,
+) -> None:
+    """Run steps from the database until SIGINT/SIGTERM (a second signal exits at once).
+
+    It claims only steps of the workflow classes --app loaded, and refuses to start with none.
+    """
+    config = load_app(database_url, app_module)
+    running = Worker(
+        config=config,
+        queues=[q.strip() for q in queues.split(",") if q.strip()] if queues else None,
+        concurrency=concurrency,
+        poll_interval=poll_interval,
+        lease=lease,
+        grace_period=grace_period,
+        housekeeping_interval=housekeeping_interval or None,
+        startup_wait=wait_for_database,
+    )
+    running.run()  # checks the database and the loaded classes first
+    if running.abandoned:
+        raise typer.Exit(1)  # steps were cut off; their leases were released for recovery
+
+
+@app.command()
+def housekeeping(
+    database_url: DatabaseUrl,
+    app_module: AppModules = None,
+    recover_scheduled: Annotated[
+        bool | None,
+        typer.Option(
+            "--recover-scheduled/--no-recover-scheduled",
+            help="Recover overdue scheduled steps (default: only with an external backend).",
+        ),
+    ] = None,
+    wait_for_database: WaitForDatabase = DEFAULT_WAIT_SECONDS,
+) -> None:
+    """Delete old finished workflows, recover lost steps, publish gauges; prints the counts."""
+
+    config = load_app(database_url, app_module)
+    check_database(config.require_engine(), wait=wait_for_database)
+    result = hk.run_exclusive(config, recover_scheduled=recover_scheduled)
+    if result is None:
+        typer.echo("housekeeping is already running elsewhere; nothing done", err=True)
+        return
+    typer.echo(json.dumps(result, sort_keys=True))
+
+
+@app.command()
+def dispatch(
+    database_url: DatabaseUrl,
+    celery_app: Annotated[
+        str,
+        typer.Option(
+            "--app",
+            metavar="MODULE[:ATTR]",
+            help="Your Celery app as module:attribute, or a module with an `app` attribute "
+            "(the module imports your workflows).",
+        ),
+    ],
+    interval: Annotated[
+        float, typer.Option(help="Seconds between passes; keep it well below the ETA horizon.")
+    ] = 10.0,
+    once: Annotated[bool, typer.Option("--once", help="One pass: print the count, exit.")] = False,
+    wait_for_database: WaitForDatabase = DEFAULT_WAIT_SECONDS,
+) -> None:
+    """Celery: send steps whose wait was beyond the ETA horizon, and re-send lost messages."""
+    # First of all: without Celery nothing here runs (and --help, above, needs none).
+    import_extra(
+        "geneva_drive.contrib.celery",
+        needs="Celery",
+        extra="celery",
+        provides=("celery", "kombu", "billiard", "vine", "redis"),
+    )
+    from geneva_drive.contrib import celery as gd_celery
+
+    setup_logging()
+    import_app(celery_app)  # the same errors as every --app; load_backend finds the app in it
+    try:
+        backend = gd_celery.load_backend(celery_app)
+    except StepConfigurationError as error:
+        raise AppImportError(str(error)) from error
+    config = configure(engine=engine(database_url), backend=backend)
+    check_database(config.require_engine(), wait=wait_for_database)
+    if once:
+        typer.echo(f"dispatched {gd_celery.dispatch(config)}")
+        return
+    gd_celery.run_dispatcher(interval=interval, config=config)
+
+
+@app.command()
+def demo(
+    path: Annotated[
+        Path, typer.Option(help="SQLite file to create (replaced if it exists).")
+    ] = Path("geneva_drive_demo.db"),
+) -> None:
+    """Run example workflows on a local SQLite file with the real worker, then show timelines."""
+    # Imported here, not at the top: importing the demo defines its workflow classes, and a
+    # worker started without --app must see no workflows loaded.
+    from geneva_drive.cli.demo import run_demo
+
+    run_demo(path)
+
+
+# list, show, the verbs, stats and check: commands of this app, defined (registered on the
+# shared `app` of options.py) by importing ops.py.
+# Imported last so that the commands above come first in --help.
+from geneva_drive.cli import ops as _ops  # noqa: E402, F401
+
+# The dashboard's command: it imports Starlette, uvicorn and Jinja2 only when it runs.
+from geneva_drive.cli.dashboard import dashboard as _dashboard  # noqa: E402
+
+app.command()(_dashboard)
+
+
+# -- errors: one line each -------------------------------------------------------------------
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """The console script: run a command, turning any error into one line and an exit code."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    show_traceback = TRACEBACK_FLAG in args
+    args = [a for a in args if a != TRACEBACK_FLAG]
+    command = next((a for a in args if not a.startswith("-")), None)
+    where = f"{PROG} {command}" if command else PROG
+    try:
+        code = app(args=args, prog_name=PROG, standalone_mode=False)
+    except _NO_ARGS_IS_HELP as error:
+        error.show()
+        code = error.exit_code
+    except _CLICK.ClickException as error:
+        typer.echo(f"{where}: error: {_usage_message(error)}", err=True)
+        code = error.exit_code
+    except typer.Abort:
+        code = 1
+    except Exception as error:
+        if show_traceback:
+            raise
+        message, code = describe(error)
+        typer.echo(f"{where}: error: {message}", err=True)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+def _usage_message(error: Any) -> str:
+    message = str(error.format_message())
+    if "--database-url" in message:
+        message += " Pass --database-url or set GENEVA_DRIVE_DATABASE_URL."
+    ctx = getattr(error, "ctx", None)
+    if ctx is not None:
+        message += f" (see {ctx.command_path} --help)"
+    return message
+
+
+def describe(error: Exception) -> tuple[str, int]:
+    """The one line and the exit code for an error that ended a command."""
+    from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
+
+    if isinstance(error, NoWorkflowsLoaded | AppImportError | MissingExtra):
+        return str(error), 2
+    if isinstance(error, ArgumentError | NoSuchModuleError):
+        return f"--database-url: {error}", 2
+    if isinstance(error, StartupError | GenevaDriveError):
+        return str(error), 1
+    if isinstance(error, DBAPIError):
+        return f"the database said: {first_line(error)}", 1
+    if isinstance(error, ModuleNotFoundError):
+        return (
+            f"{error}; install the package that provides it (a database driver: e.g. "
+            "pip install 'geneva-drive[postgres]' for postgresql+psycopg://)",
+            1,
+        )
+    return f"{type(error).__name__}: {error} (run with {TRACEBACK_FLAG} to see where)", 1

@@ -1,0 +1,124 @@
+"""Every exception geneva-drive raises on purpose.
+
+    GenevaDriveError
+    ├── StepConfigurationError     a workflow class or option is defined wrongly
+    │   ├── UnknownStepOptionError an option name @step does not know (also a TypeError)
+    │   └── PolicyResolutionError  a policy that cannot be applied (an unimportable matcher)
+    ├── UnitOfWorkError            a step ended its session's transaction, or lost it
+    ├── InvalidStateError          a verb was called on a workflow in the wrong state
+    │   └── AdminRefused           an admin action the workflow's state does not allow
+    ├── AdminInputError            an admin filter, cursor, actor or argument that cannot be used
+    ├── AdminNotFound              no workflow with that id (admin API)
+    ├── InvalidStateTransition     the executor refused an illegal state change (a bug guard)
+    ├── WorkflowAlreadyOngoing     a second ongoing workflow of one class for one hero
+    ├── WorkflowNotOngoing         a new signal for a finished or canceled workflow
+    ├── PayloadTooLargeError
+    │   ├── SignalPayloadTooLargeError
+    │   └── CursorTooLargeError
+    ├── SerializationError         a value the JSON codec cannot store
+    ├── WorkerCrashed              a database worker's thread died; the worker stopped
+    └── StepExecutionError         carries the execution and workflow it concerns
+        └── StepNotDefinedError    a row names a step the class no longer defines
+
+Flow-control signals (``self.pause()`` inside a step and friends) are *not* here: they are
+``BaseException`` subclasses in ``flow.py`` so that ``except Exception`` in application code
+cannot swallow them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class GenevaDriveError(Exception):
+    """Base class of every error geneva-drive raises deliberately."""
+
+
+class StepConfigurationError(GenevaDriveError):
+    """A workflow class, step option, policy or job option is invalid."""
+
+
+class UnknownStepOptionError(StepConfigurationError, TypeError):
+    """``@step`` got an option it does not know (a TypeError too, as for any bad keyword)."""
+
+
+class PolicyResolutionError(StepConfigurationError):
+    """An exception policy could not be applied to an error (e.g. its dotted matcher is gone)."""
+
+    policy: Any = None  # the ExceptionPolicy concerned, once known
+
+
+class UnitOfWorkError(GenevaDriveError):
+    """A step body tried to end the transaction its writes belong to, or carried on after
+    an error from its session had ended it."""
+
+
+class WorkerCrashed(GenevaDriveError):
+    """A thread of the database worker died of an unexpected error, so the worker stopped."""
+
+
+class InvalidStateError(GenevaDriveError):
+    """A verb was called on a workflow whose state does not allow it."""
+
+
+class InvalidStateTransition(GenevaDriveError):
+    """The executor's transition table refused a change of state."""
+
+
+class WorkflowAlreadyOngoing(GenevaDriveError):
+    """Another ongoing workflow of the same class exists for the same hero."""
+
+
+class WorkflowNotOngoing(GenevaDriveError):
+    """A new signal was sent to a finished or canceled workflow."""
+
+
+class SerializationError(GenevaDriveError):
+    """A payload, cursor or metadata value cannot be encoded as typed JSON."""
+
+
+class PayloadTooLargeError(GenevaDriveError):
+    """An encoded value is larger than its configured limit."""
+
+
+class SignalPayloadTooLargeError(PayloadTooLargeError):
+    """A signal payload exceeds ``max_signal_payload_size``."""
+
+
+class CursorTooLargeError(PayloadTooLargeError):
+    """A resumable-step cursor exceeds ``max_cursor_size``."""
+
+
+class StepExecutionError(GenevaDriveError):
+    """An error about one step execution; carries the execution and its workflow."""
+
+    def __init__(self, message: str, *, step_execution: Any = None, workflow: Any = None):
+        super().__init__(message)
+        self.step_execution = step_execution
+        self.workflow = workflow
+
+
+class StepNotDefinedError(StepExecutionError):
+    """An execution names a step that its workflow class does not define."""
+
+    @classmethod
+    def for_step(cls, workflow: Any, name: str, *, doing: str) -> StepNotDefinedError:
+        """ "<Class> id=<id>: cannot <doing> step <name>, which is not defined; known steps…"."""
+        known = ", ".join(type(workflow).steps.names) or "none"
+        return cls(
+            f"{type(workflow).__name__} id={workflow.id}: cannot {doing} step {name!r}, which "
+            f"is not defined (any more); known steps: {known}",
+            workflow=workflow,
+        )
+
+
+class AdminInputError(GenevaDriveError, ValueError):
+    """An admin call got an argument it cannot use; the message says what it expected."""
+
+
+class AdminNotFound(GenevaDriveError, LookupError):
+    """No workflow has the given id."""
+
+
+class AdminRefused(InvalidStateError):
+    """An action the workflow's state does not allow; the database was left unchanged."""

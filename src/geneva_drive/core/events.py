@@ -1,0 +1,124 @@
+"""Instrumentation events and logging context.
+
+Events: ``precondition``, ``step`` and ``finalize`` (payloads as in the gem: ``execution_id``,
+``workflow_id``, ``workflow_class``, ``step_name``, ``resumable`` for resumable steps, plus an
+``outcome`` / state). Subscribers are plain callables ``fn(name, payload)``; a subscriber that
+raises is logged and ignored — instrumentation must never change what a workflow does.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, MutableMapping
+from typing import Any, Protocol
+
+
+class WorkflowRow(Protocol):
+    """What the logging context reads of a workflow row (``Workflow`` has it)."""
+
+    @property
+    def id(self) -> int: ...
+    @property
+    def hero_type(self) -> str | None: ...
+    @property
+    def hero_id(self) -> str | None: ...
+
+
+class ExecutionRow(Protocol):
+    """What the logging context reads of a step execution row (``StepExecution`` has it)."""
+
+    @property
+    def id(self) -> int: ...
+    @property
+    def step_name(self) -> str: ...
+
+
+Subscriber = Callable[[str, dict[str, Any]], None]
+EVENTS = ("precondition", "step", "finalize", "gauge", "housekeeping")
+
+_subscribers: dict[str, list[Subscriber]] = {}
+_lock = threading.Lock()
+log = logging.getLogger("geneva_drive")
+
+
+def subscribe(name: str, fn: Subscriber) -> Callable[[], None]:
+    """Call ``fn(name, payload)`` after every ``name`` event; returns an unsubscribe function."""
+    if name not in EVENTS and name != "*":
+        raise ValueError(f"unknown event {name!r}; known events: {', '.join(EVENTS)} or '*'")
+    with _lock:
+        _subscribers.setdefault(name, []).append(fn)
+
+    def unsubscribe() -> None:
+        with _lock:
+            if fn in _subscribers.get(name, []):
+                _subscribers[name].remove(fn)
+
+    return unsubscribe
+
+
+def emit(name: str, payload: dict[str, Any]) -> None:
+    named, every = _subscribers.get(name), _subscribers.get("*")
+    if not named and not every:
+        return  # the usual case, several times per step
+    for fn in [*(named or ()), *(every or ())]:
+        try:
+            fn(name, payload)
+        except Exception:
+            log.exception("geneva-drive event subscriber %r failed on %s", fn, name)
+
+
+class instrument:  # lower case: it is used as the function it replaced, in ``with``
+    """Time a block; the block fills in ``payload`` (e.g. ``outcome``) before it is emitted.
+
+    A class rather than a ``@contextmanager`` generator: it runs three times per step, and
+    the generator's setup was most of what it cost.
+    """
+
+    __slots__ = ("name", "payload", "started")
+
+    def __init__(self, name: str, payload: dict[str, Any]) -> None:
+        self.name, self.payload = name, payload
+
+    def __enter__(self) -> dict[str, Any]:
+        self.started = time.perf_counter()
+        return self.payload
+
+    def __exit__(self, *_exc: object) -> None:
+        self.payload["duration"] = time.perf_counter() - self.started
+        emit(self.name, self.payload)
+
+
+class ContextAdapter(logging.LoggerAdapter[logging.Logger]):
+    """Prefixes messages with the workflow/execution and attaches it as ``record.geneva_drive``."""
+
+    def process(self, msg: Any, kwargs: MutableMapping[str, Any]) -> tuple[Any, Any]:
+        context = dict(self.extra or {})
+        prefix = " ".join(f"{k}={v}" for k, v in context.items() if v is not None)
+        kwargs.setdefault("extra", {})["geneva_drive"] = context
+        return f"[{prefix}] {msg}", kwargs
+
+
+def workflow_context(workflow: WorkflowRow) -> dict[str, Any]:
+    return {
+        "workflow_class": type(workflow).__name__,
+        "workflow_id": workflow.id,
+        "hero_type": workflow.hero_type,
+        "hero_id": workflow.hero_id,
+    }
+
+
+def workflow_logger(workflow: WorkflowRow) -> ContextAdapter:
+    return ContextAdapter(log, workflow_context(workflow))
+
+
+def execution_logger(workflow: WorkflowRow, execution: ExecutionRow) -> ContextAdapter:
+    return ContextAdapter(
+        log,
+        {
+            **workflow_context(workflow),
+            "execution_id": execution.id,
+            "step_name": execution.step_name,
+        },
+    )

@@ -1,0 +1,114 @@
+"""Settings: plain data, and the process-wide *current* settings.
+
+The current settings are installed by ``geneva_drive.configure()`` (``runtime.configure``,
+which the worker, the CLI and the pytest plugin call for you). Everything else takes what it
+needs from a ``Settings`` it is given, so tests can swap engines, clocks and backends freely.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session
+
+from geneva_drive.core.clock import Clock, SystemClock
+from geneva_drive.core.errors import StepConfigurationError
+
+if TYPE_CHECKING:
+    from geneva_drive.core.ports import Backend
+
+ErrorReporter = Callable[[BaseException, dict[str, Any]], None]
+
+_STUCK_ACTIONS = ("reattempt", "cancel")
+SESSION_SETTINGS = "geneva_drive.settings"  # Session.info key: the Settings it was made from
+
+
+def _log_reporter(error: BaseException, context: dict[str, Any]) -> None:
+    logging.getLogger("geneva_drive.errors").error(
+        "step error reported: %r", error, exc_info=error, extra={"geneva_drive": context}
+    )
+
+
+@dataclass(frozen=True)
+class Settings:
+    engine: Engine | None = None
+    backend: Backend | None = None
+    clock: Clock = field(default_factory=SystemClock)
+    error_reporter: ErrorReporter = _log_reporter
+    enqueue_after_commit: bool = True
+    delete_completed_workflows_after: timedelta | None = timedelta(days=30)
+    stuck_in_progress_threshold: timedelta = timedelta(hours=1)
+    stuck_scheduled_threshold: timedelta = timedelta(minutes=15)
+    housekeeping_batch_size: int = 1000
+    stuck_recovery_action: str = "reattempt"
+    max_cursor_size: int | None = 128 * 1024
+    max_signal_payload_size: int | None = 128 * 1024
+    waiting_visibility_threshold: timedelta | None = timedelta(days=7)
+    logger: logging.Logger = field(default_factory=lambda: logging.getLogger("geneva_drive"))
+
+    def __post_init__(self) -> None:
+        if self.stuck_recovery_action not in _STUCK_ACTIONS:
+            raise StepConfigurationError(
+                f"configure(stuck_recovery_action={self.stuck_recovery_action!r}): expected one "
+                f"of {', '.join(map(repr, _STUCK_ACTIONS))}"
+            )
+        if self.housekeeping_batch_size < 1:
+            raise StepConfigurationError(
+                f"configure(housekeeping_batch_size={self.housekeeping_batch_size!r}): expected "
+                "a positive integer"
+            )
+
+    def require_engine(self) -> Engine:
+        if self.engine is None:
+            raise StepConfigurationError(
+                "geneva-drive has no database engine: call "
+                "geneva_drive.configure(engine=geneva_drive.create_engine(url)) first"
+            )
+        return self.engine
+
+
+_current = Settings()
+_inline = threading.local()
+
+
+def settings() -> Settings:
+    return _current
+
+
+def install(config: Settings) -> None:
+    """Make ``config`` the current settings: ``runtime.configure`` validates and calls this."""
+    global _current
+    _current = config
+
+
+def settings_of(session: Session) -> Settings:
+    """The settings a session was made from (a worker's own), else the configured ones.
+
+    The caller's own sessions (a web request's) carry none and use :func:`settings`.
+    """
+    found = session.info.get(SESSION_SETTINGS)
+    return found if isinstance(found, Settings) else _current
+
+
+@contextlib.contextmanager
+def with_inline_enqueue() -> Iterator[None]:
+    """Within the block, hand steps to the backend at once instead of after commit."""
+    previous = getattr(_inline, "depth", 0)
+    _inline.depth = previous + 1
+    try:
+        yield
+    finally:
+        _inline.depth = previous
+
+
+def enqueues_deferred(config: Settings | None = None) -> bool:
+    if getattr(_inline, "depth", 0):
+        return False
+    return (config or _current).enqueue_after_commit

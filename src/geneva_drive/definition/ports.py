@@ -1,0 +1,99 @@
+"""The verbs of ``Workflow`` that act on rows, declared here and implemented by the engine.
+
+``Workflow.create()``, ``signal()``, ``pause()`` and the other verbs keep their signatures and
+call :func:`verbs`, whose implementation (``engine.verbs.EngineVerbs``) is installed by
+``geneva_drive/__init__.py`` — the package every import of geneva-drive runs first. So the DSL
+never imports the engine, which is built on it (River's ``WorkUnit``, "implemented by" the
+layer above).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+from sqlalchemy.orm import Session
+
+if TYPE_CHECKING:
+    from geneva_drive.definition.workflow import Workflow
+    from geneva_drive.storage.models import Signal, StepExecution
+
+W = TypeVar("W", bound="Workflow")
+
+
+@dataclass
+class StartResult:
+    """What ``create_many`` did, per hero.
+
+    ``created``: (hero, workflow id) of each workflow started, in the order given (hero None
+    for hero-less ones). ``conflicts``: (hero, id of the ongoing workflow that holds it, or
+    None if it is not visible yet) of each hero refused because it already has an ongoing
+    workflow of this class — or because it was listed twice.
+    """
+
+    created: list[tuple[Any, int]] = field(default_factory=list)
+    conflicts: list[tuple[Any, int | None]] = field(default_factory=list)
+
+    @property
+    def workflow_ids(self) -> list[int]:
+        return [workflow_id for _, workflow_id in self.created]
+
+    def __len__(self) -> int:
+        return len(self.created)
+
+
+class Verbs(Protocol):
+    """What the engine does for ``Workflow``'s verbs, in the caller's transaction."""
+
+    def create(
+        self,
+        cls: type[W],
+        session: Session,
+        *,
+        hero: Any,
+        allow_multiple: bool,
+        step_job_options: dict[str, Any] | None,
+    ) -> W: ...
+
+    def create_many(
+        self,
+        cls: type[Workflow],
+        session: Session,
+        *,
+        heroes: Iterable[Any] | None,
+        count: int | None,
+        allow_multiple: bool,
+        step_job_options: dict[str, Any] | None,
+        raise_on_conflict: bool,
+    ) -> StartResult: ...
+
+    def signal(
+        self, workflow: Workflow, name: str, payload: Any, idempotency_key: str | None
+    ) -> Signal: ...
+
+    def pause(self, workflow: Workflow) -> None: ...
+
+    def resume(self, workflow: Workflow) -> StepExecution | None: ...
+
+    def skip(self, workflow: Workflow) -> None: ...
+
+    def cancel(self, workflow: Workflow) -> None: ...
+
+    def of_hero(
+        self, cls: type[Workflow], hero: Any, session: Session | None, *, ongoing_only: bool
+    ) -> list[Workflow]: ...
+
+
+_installed: list[Verbs] = []
+
+
+def install_verbs(implementation: Verbs) -> None:
+    """Called once, by ``geneva_drive/__init__.py``, with the engine's implementation."""
+    _installed[:] = [implementation]
+
+
+def verbs() -> Verbs:
+    if not _installed:  # pragma: no cover - importing any geneva_drive module installs it
+        raise RuntimeError("geneva-drive's engine is not loaded; import geneva_drive first")
+    return _installed[0]

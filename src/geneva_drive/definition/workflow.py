@@ -1,0 +1,570 @@
+"""``Workflow``: the mapped, polymorphic base class users subclass, and its class-level DSL.
+
+A subclass is a single-table-inheritance identity (its class name unless ``workflow_type`` is
+set). Its steps, policies, cancel conditions and job options are gathered when the class is
+created; every mistake in them raises ``StepConfigurationError`` right there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import logging
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from datetime import timedelta
+from typing import Any, ClassVar, Self, cast
+
+from sqlalchemy.orm import Mapper, Session, object_session
+
+from geneva_drive.core.errors import (
+    InvalidStateError,
+    SerializationError,
+    StepConfigurationError,
+    StepNotDefinedError,
+)
+from geneva_drive.core.events import workflow_logger
+from geneva_drive.core.states import ExecutionState, Outcome, WorkflowState
+from geneva_drive.definition.flow import Action, FlowControl
+from geneva_drive.definition.job_options import checked_step_job_options, job_option_problem
+from geneva_drive.definition.policy import ExceptionPolicy
+from geneva_drive.definition.ports import StartResult, verbs
+from geneva_drive.definition.steps import (
+    StepCollection,
+    StepDefinition,
+    is_async,
+    signature_problem,
+    validate_job_options,
+)
+from geneva_drive.storage import queries, serialization
+from geneva_drive.storage.heroes import resolve_hero_class
+from geneva_drive.storage.limits import MAX_WORKFLOW_TYPE, duration_problem
+from geneva_drive.storage.models import (
+    WORKFLOWS,
+    Base,
+    Signal,
+    StepExecution,
+    WorkflowColumns,
+    workflow_table_args,
+)
+
+Hook = Callable[..., Any]
+
+
+class _FallbackIdentities(dict[Any, Mapper[Any]]):
+    """Polymorphic map that loads rows of vanished classes as the base ``Workflow``.
+
+    A deploy that deletes a workflow class must not make its rows unloadable: they stay
+    inspectable, and their steps fail as "not defined" (which pauses them) instead of crashing.
+    """
+
+    base: Mapper[Any]
+
+    def __missing__(self, key: Any) -> Mapper[Any]:
+        return self.base
+
+
+def _accept_vanished_identities(base: Mapper[Any]) -> None:
+    """Let the base mapper flush the rows ``_FallbackIdentities`` loaded as ``Workflow``.
+
+    Before each flush SQLAlchemy checks that an instance's ``type`` is an identity of its own
+    mapper or a descendant, and warns ("incompatible polymorphic identity") when pausing or
+    canceling such a row: it cannot know that this map loads and refreshes any unknown identity
+    as the base. So on the base mapper only, an identity no class claims passes; every other
+    instance keeps SQLAlchemy's check. Subclass mappers copy this validator when they are
+    created, hence the ``mapper is base`` test.
+    """
+    validate = base._validate_polymorphic_identity
+    key = base._polymorphic_attr_key
+    if validate is None or key is None:
+        raise RuntimeError("Workflow's mapper has no polymorphic validator to wrap")
+
+    def validate_known_identities(mapper: Mapper[Any], state: Any, dict_: dict[str, Any]) -> None:
+        if mapper is base and dict_.get(key) not in mapper.polymorphic_map:
+            return  # a vanished class's row, loaded as the base on purpose
+        validate(mapper, state, dict_)
+
+    base._validate_polymorphic_identity = validate_known_identities
+
+
+class Workflow(WorkflowColumns, Base):
+    """Base class of all workflows. Subclass it and declare steps with ``@step``."""
+
+    __tablename__ = WORKFLOWS
+    __table_args__ = workflow_table_args()
+    __mapper_args__ = {  # read by SQLAlchemy; each subclass sets its own identity
+        "polymorphic_on": "type",
+        "polymorphic_identity": "Workflow",
+    }
+
+    # Class-level configuration users set in their subclasses.
+    workflow_type: ClassVar[str | None] = None
+    job_options: ClassVar[dict[str, Any]] = {}
+    exception_policies: ClassVar[Sequence[ExceptionPolicy]] = ()
+    may_proceed_without_hero: ClassVar[bool] = False
+
+    # Gathered per class by __init_subclass__.
+    steps: ClassVar[StepCollection] = StepCollection([])
+    _step_definitions: ClassVar[list[StepDefinition]] = []
+    _exception_policies: ClassVar[list[ExceptionPolicy]] = []
+    _cancel_conditions: ClassVar[list[Hook]] = []
+    _job_options: ClassVar[dict[str, Any]] = {}
+    _job_option_keys: ClassVar[frozenset[str]] = frozenset()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        _register_dsl(cls)
+        identity = cls.__dict__.get("workflow_type") or cls.__name__
+        _claim_identity(cls, identity)
+        cls.__mapper_args__ = {"polymorphic_identity": identity}
+        super().__init_subclass__(**kwargs)
+
+    # -- creating ------------------------------------------------------------------------
+
+    @classmethod
+    def create(
+        cls,
+        session: Session,
+        *,
+        hero: Any = None,
+        allow_multiple: bool = False,
+        step_job_options: dict[str, Any] | None = None,
+    ) -> Self:
+        """Start a workflow inside ``session``'s transaction; its first step runs after commit."""
+        return verbs().create(
+            cls,
+            session,
+            hero=hero,
+            allow_multiple=allow_multiple,
+            step_job_options=step_job_options,
+        )
+
+    @classmethod
+    def create_many(
+        cls,
+        session: Session,
+        *,
+        heroes: Iterable[Any] | None = None,
+        count: int | None = None,
+        allow_multiple: bool = False,
+        step_job_options: dict[str, Any] | None = None,
+        raise_on_conflict: bool = False,
+    ) -> StartResult:
+        """Start one workflow per hero (or ``count`` hero-less ones) in ``session``'s
+        transaction, in a few multi-row INSERTs; heroes that already have an ongoing workflow
+        of this class are listed in the result's ``conflicts``."""
+        return verbs().create_many(
+            cls,
+            session,
+            heroes=heroes,
+            count=count,
+            allow_multiple=allow_multiple,
+            step_job_options=step_job_options,
+            raise_on_conflict=raise_on_conflict,
+        )
+
+    # -- the hero ------------------------------------------------------------------------
+
+    @property
+    def hero(self) -> Any:
+        """The domain record this workflow is about, or None (deleted, or never set)."""
+        if self.hero_type is None or self.hero_id is None:
+            return None
+        cached = self.__dict__.get("_gd_hero")
+        if cached is not None:
+            return cached
+        session = object_session(self)
+        if session is None:
+            return None
+        cls = resolve_hero_class(self.hero_type)
+        key_type = cls.__mapper__.primary_key[0].type.python_type
+        key: Any = self.hero_id
+        if key_type is int:
+            key = int(key)
+        elif key_type is uuid.UUID:
+            key = uuid.UUID(key)
+        hero = session.get(cls, key)
+        if hero is not None:
+            self.__dict__["_gd_hero"] = hero
+        return hero
+
+    # -- reading state -------------------------------------------------------------------
+
+    @property
+    def session(self) -> Session:
+        session = object_session(self)
+        if session is None:
+            raise InvalidStateError(
+                f"{self._label}: this workflow is not attached to a session; load it with "
+                "session.get(...) first"
+            )
+        return session
+
+    @property
+    def current_execution(self) -> StepExecution | None:
+        return queries.current_execution(self.session, self.id)
+
+    @property
+    def execution_history(self) -> Sequence[StepExecution]:
+        """Every run of a step, oldest first; signal-timeout timers are left out.
+
+        A timed-out wait is its parked row, ended with outcome ``timed_out`` (its metadata
+        ``timed_out`` says after how long and what ``on_timeout`` did); the timer that ended
+        it is bookkeeping, listed by :attr:`execution_history_with_timers`.
+        """
+        return [e for e in self.execution_history_with_timers if not e.is_timer]
+
+    @property
+    def execution_history_with_timers(self) -> Sequence[StepExecution]:
+        """Every execution row, timers included (``is_timer``), oldest first."""
+        return queries.execution_history(self.session, self.id)
+
+    step_executions = execution_history
+
+    @property
+    def received_signal(self) -> Signal | None:
+        """Inside a ``wait_for=`` step: the signal that woke it."""
+        return self.__dict__.get("_gd_received_signal")
+
+    @property
+    def ongoing(self) -> bool:
+        return self.state not in (WorkflowState.FINISHED, WorkflowState.CANCELED)
+
+    @property
+    def previous_step_name(self) -> str | None:
+        reference = self.current_step_name or self.next_step_name
+        if reference is None:
+            last = self.steps[-1] if self.state == WorkflowState.FINISHED and self.steps else None
+            return last.name if last else None
+        previous = self.steps.previous_before(reference)
+        return previous.name if previous else None
+
+    @property
+    def _label(self) -> str:
+        return f"{type(self).__name__} id={self.id}"
+
+    @property
+    def logger(self) -> logging.LoggerAdapter[logging.Logger]:
+        return workflow_logger(self)
+
+    # -- metadata and job options --------------------------------------------------------
+
+    def read_metadata(self, key: str) -> Any:
+        value = (self.metadata_json or {}).get(key)
+        return None if value is None else serialization.decode(value)
+
+    def write_metadata(self, key: str, value: Any) -> None:
+        data = dict(self.metadata_json or {})
+        if value is None:
+            data.pop(key, None)
+        else:
+            try:
+                data[key] = serialization.encode(value)
+            except SerializationError as error:
+                raise SerializationError(
+                    f"{self._label}: write_metadata({key!r}): {error}"
+                ) from None
+        self.metadata_json = data or None
+
+    @property
+    def step_job_options(self) -> dict[str, Any]:
+        return dict(self.read_metadata("step_job_options") or {})
+
+    @step_job_options.setter
+    def step_job_options(self, options: dict[str, Any] | None) -> None:
+        self.write_metadata("step_job_options", checked_step_job_options(type(self), options))
+
+    def merged_job_options(self, step_def: StepDefinition) -> dict[str, Any]:
+        """Class options, then this instance's, then the step's: later wins."""
+        return {**self._job_options, **self.step_job_options, **(step_def.job_options or {})}
+
+    # -- hooks (override in subclasses) --------------------------------------------------
+
+    def before_step_execution(self, execution: StepExecution) -> None:
+        """Runs after the step was claimed, before its body."""
+
+    def after_step_execution(self, execution: StepExecution) -> None:
+        """Runs after the body returned, raised or used flow control; before the outcome."""
+
+    def around_step_execution(self, execution: StepExecution, proceed: Callable[[], Any]) -> Any:
+        """Wraps the body; must call ``proceed()`` and return its result."""
+        return proceed()
+
+    # -- flow control: inside a step these raise, outside they act on the row -----------
+
+    @contextlib.contextmanager
+    def _in_step_context(self) -> Iterator[None]:
+        previous = self.__dict__.get("_gd_in_step", False)
+        self.__dict__["_gd_in_step"] = True
+        try:
+            yield
+        finally:
+            self.__dict__["_gd_in_step"] = previous
+
+    @property
+    def _in_step(self) -> bool:
+        return bool(self.__dict__.get("_gd_in_step"))
+
+    def reattempt(self, wait: timedelta | float | None = None, rewind: bool = False) -> None:
+        """Inside a step: stop now and run this step again (after ``wait``)."""
+        self._require_in_step("reattempt")
+        raise FlowControl(Action.REATTEMPT, wait=self._wait("reattempt", wait), rewind=rewind)
+
+    def finish(self) -> None:
+        """Inside a step: stop now, keep the step's work, and finish the whole workflow."""
+        self._require_in_step("finish")
+        raise FlowControl(Action.FINISH)
+
+    def suspend(self, wait: timedelta | float | None = None) -> None:
+        """Inside a resumable step: stop now and continue from the cursor after ``wait``."""
+        self._require_in_step("suspend")
+        step_def = self.steps.named(self.current_step_name)
+        if step_def is None or not step_def.resumable:
+            raise InvalidStateError(
+                f"{self._label}: suspend() can only be called from inside a resumable step; "
+                f"step {self.current_step_name!r} is not one (use reattempt(wait=...) instead)"
+            )
+        raise FlowControl(Action.SUSPEND, wait=self._wait("suspend", wait))
+
+    def _wait(self, verb: str, wait: timedelta | float | None) -> timedelta | None:
+        problem = duration_problem(wait)
+        if problem is not None:
+            raise ValueError(f"{self._label}: {verb}(wait={wait!r}): the wait {problem}")
+        return timedelta(seconds=wait) if isinstance(wait, int | float) else wait
+
+    def _require_in_step(self, verb: str) -> None:
+        if not self._in_step:
+            raise InvalidStateError(
+                f"{self._label}: {verb}() can only be called inside a running step"
+            )
+
+    def cancel(self) -> None:
+        """Inside a step: stop and cancel. Outside: cancel this workflow in your transaction."""
+        if self._in_step:
+            raise FlowControl(Action.CANCEL)
+
+        verbs().cancel(self)
+
+    def pause(self) -> None:
+        """Inside a step: stop and pause. Outside: pause; a running step finishes first."""
+        if self._in_step:
+            raise FlowControl(Action.PAUSE)
+
+        verbs().pause(self)
+
+    def skip(self) -> None:
+        """Inside a step: stop and move on. Outside: skip the current step of a ready/paused one."""
+        if self._in_step:
+            raise FlowControl(Action.SKIP)
+
+        verbs().skip(self)
+
+    def resume(self) -> StepExecution | None:
+        """Continue a paused workflow; returns the execution that will run next."""
+        return verbs().resume(self)
+
+    @classmethod
+    def ongoing_for(cls, hero: Any, session: Session | None = None) -> list[Workflow]:
+        """This class's ongoing workflows for ``hero`` (every class's, on ``Workflow``).
+
+        ``session``: the hero's own session unless given. See ``geneva_drive.admin.for_hero``.
+        """
+        return verbs().of_hero(cls, hero, session, ongoing_only=True)
+
+    def signal(self, name: str, payload: Any = None, idempotency_key: str | None = None) -> Signal:
+        """Deliver an event to this workflow, inside the caller's transaction."""
+        return verbs().signal(self, name, payload, idempotency_key)
+
+    def __repr__(self) -> str:
+        return (
+            f"<{type(self).__name__} id={self.id} state={self.state} "
+            f"next_step={self.next_step_name!r}>"
+        )
+
+
+_identities = Workflow.__mapper__.polymorphic_map
+_fallback = _FallbackIdentities(_identities)
+_fallback.base = Workflow.__mapper__
+Workflow.__mapper__.polymorphic_map = _fallback
+_accept_vanished_identities(Workflow.__mapper__)
+
+
+def check_job_options(cls: type[Workflow], backend: Any, *, misspelt_only: bool = False) -> None:
+    """Refuse job-option keys of ``cls`` (class level or a step's) that ``backend`` ignores.
+
+    One subset test on the keys gathered at class definition; the search for the culprit
+    runs only when something is wrong.
+    """
+    accepted = getattr(backend, "accepted_job_options", None)
+    if accepted is None or cls._job_option_keys <= accepted:
+        return
+    sources: list[tuple[str, dict[str, Any]]] = [(f"{cls.__name__}.job_options", cls._job_options)]
+    sources += [(d.label, d.job_options) for d in cls.steps if d.job_options]
+    for label, options in sources:
+        problem = job_option_problem(backend, options, misspelt_only=misspelt_only)
+        if problem is not None:
+            raise StepConfigurationError(f"{label}: {problem}")
+
+
+def check_registered_job_options(backend: Any) -> None:
+    """At ``configure()``: refuse misspelt job-option keys in every class defined so far.
+
+    Only misspellings (``priorty``): a key no closer to the backend's than ``expires`` may
+    belong to a class this process never runs on this backend, and is refused at ``create()``
+    if it does.
+    """
+    for mapper in Workflow.__mapper__.self_and_descendants:
+        check_job_options(mapper.class_, backend, misspelt_only=True)
+
+
+def _claim_identity(cls: type[Workflow], identity: str) -> None:
+    if not isinstance(identity, str) or len(identity) > MAX_WORKFLOW_TYPE:
+        given = "workflow_type" if "workflow_type" in cls.__dict__ else "the class name"
+        raise StepConfigurationError(
+            f"{cls.__module__}.{cls.__qualname__}: {given} is stored as the workflow type, "
+            f"a str of at most {MAX_WORKFLOW_TYPE} characters (the length of its column); got "
+            f"{identity!r:.60}; set workflow_type = '<a shorter name>'"
+        )
+    existing = Workflow.__mapper__.polymorphic_map.get(identity)
+    if existing is None:
+        return
+    other = existing.class_
+    if (other.__module__, other.__qualname__) == (cls.__module__, cls.__qualname__):
+        return  # the same class defined again (a module reload, a test run twice)
+    raise StepConfigurationError(
+        f"{cls.__module__}.{cls.__qualname__}: workflow type {identity!r} is already used by "
+        f"{other.__module__}.{other.__qualname__}; set workflow_type = '<unique name>' on one "
+        "of them"
+    )
+
+
+def _parent(cls: type[Workflow]) -> type[Workflow]:
+    return next(b for b in cls.__mro__[1:] if isinstance(b, type) and issubclass(b, Workflow))
+
+
+def _register_dsl(cls: type[Workflow]) -> None:
+    parent = _parent(cls)
+    definitions = list(parent._step_definitions)
+    names = [d.name for d in definitions if d.name is not None]
+    seen: set[int] = set()  # a gravestone is filed by removed_step() and maybe assigned too
+    for value in list(cls.__dict__.values()):
+        if isinstance(value, StepDefinition):
+            group = [value]
+        elif (
+            isinstance(value, list | tuple)
+            and value
+            and all(isinstance(v, StepDefinition) for v in value)
+        ):
+            group = list(value)
+        else:
+            continue
+        for definition in group:
+            if id(definition) in seen:
+                continue
+            seen.add(id(definition))
+            if definition.name is None:
+                definition.name = f"step_{len(definitions) + 1}"
+            definition.validate(cls.__name__, names)
+            definitions.append(definition)
+            names.append(definition.name)
+    registered = {id(d) for d in definitions}
+    for definition in definitions:
+        replaced, definition.shadows = definition.shadows, None
+        if replaced is not None and id(replaced) not in registered:
+            definition._fail(
+                "is declared twice in the class body and Python kept only the last one; "
+                "rename one of them"
+            )
+    cls._step_definitions = definitions
+    cls.steps = StepCollection(definitions)
+    for definition in definitions:
+        _check_skip_if_name(cls, definition)
+    for definition in definitions:  # on_timeout may name a step defined further down
+        target = definition.on_timeout
+        if target not in (None, "skip", "cancel", "pause") and target not in [
+            d.name for d in cls.steps.runnable()
+        ]:
+            definition._fail(
+                f"on_timeout={target!r} is neither 'skip', 'cancel', 'pause' nor a step of "
+                f"{cls.__name__} (steps: {', '.join(cls.steps.names) or 'none'})"
+            )
+
+    own_policies = cls.__dict__.get("exception_policies", ())
+    if isinstance(own_policies, ExceptionPolicy):
+        own_policies = [own_policies]
+    for policy in own_policies:
+        if not isinstance(policy, ExceptionPolicy):
+            raise StepConfigurationError(
+                f"{cls.__name__}.exception_policies: expected ExceptionPolicy objects, got "
+                f"{policy!r}"
+            )
+    cls._exception_policies = [*parent._exception_policies, *own_policies]
+
+    conditions = list(parent._cancel_conditions)
+    if "cancel_if" in cls.__dict__:
+        condition = cls.__dict__["cancel_if"]
+        if not callable(condition):
+            raise StepConfigurationError(
+                f"{cls.__name__}.cancel_if must be a method returning bool, got {condition!r}"
+            )
+        _check_method(cls, "cancel_if", condition, "(self) -> bool")
+        conditions.append(condition)
+    cls._cancel_conditions = conditions
+
+    own_options = validate_job_options(
+        cls.__dict__.get("job_options"), f"{cls.__name__}.job_options"
+    )
+    cls._job_options = {**parent._job_options, **(own_options or {})}
+    # Every job-option key the class and its steps use: checked against the configured
+    # backend's accepted options once (configure(), create()), never per step.
+    cls._job_option_keys = frozenset(cls._job_options).union(
+        *(d.job_options or () for d in definitions)
+    )
+
+    for hook, shape in _HOOKS.items():
+        if hook in cls.__dict__:
+            if not callable(cls.__dict__[hook]):
+                raise StepConfigurationError(f"{cls.__name__}.{hook} must be a method")
+            _check_method(cls, hook, cls.__dict__[hook], shape)
+
+
+_HOOKS = {
+    "before_step_execution": "(self, execution)",
+    "after_step_execution": "(self, execution)",
+    "around_step_execution": "(self, execution, proceed)",
+}
+
+
+def _check_method(cls: type[Workflow], name: str, method: Any, shape: str) -> None:
+    """A hook or condition must be a plain method callable as ``shape``."""
+    if is_async(method):
+        raise StepConfigurationError(
+            f"{cls.__name__}.{name} is an async function; geneva-drive calls it without "
+            f"awaiting, so it would never run; make it a plain def {name}{shape}"
+        )
+    problem = signature_problem(method, shape.count(",") + 1)
+    if problem is not None:
+        raise StepConfigurationError(
+            f"{cls.__name__}.{name} must be callable as {name}{shape}, but {problem}"
+        )
+
+
+def _check_skip_if_name(cls: type[Workflow], definition: StepDefinition) -> None:
+    name = definition.skip_if
+    if not isinstance(name, str) or hasattr(cls, name):
+        return
+    public = [a for a in dir(cls) if not a.startswith("_")]
+    close = difflib.get_close_matches(name, public, n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    definition._fail(
+        f"skip_if={name!r} names no method or attribute of {cls.__name__}; {hint}define "
+        f"def {name}(self) -> bool on the class, or pass a callable (workflow) -> bool"
+    )
+
+
+__all__ = ["ExecutionState", "Outcome", "StepNotDefinedError", "Workflow"]
+
+
+def as_workflow(row: WorkflowColumns | None) -> Workflow | None:
+    """A workflows row as the query layer returns it — typed by its columns, since that layer
+    cannot import this class — is a ``Workflow`` (the mapped root): say so to the type checker."""
+    return cast("Workflow | None", row)

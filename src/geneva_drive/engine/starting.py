@@ -1,0 +1,440 @@
+"""Starting workflows — ``create()``, ``create_many()`` — and the wake-up that rides the commit.
+
+A start is paid for by a web request, so it costs its inserts and nothing else: the workflow
+row is inserted already pointing at its first step (``next_step_name``), the first execution
+beside it, with no savepoint, no lock and no read. On PostgreSQL ``create()`` is one statement
+(see ``queries.starting``). What a new workflow's rows hold is decided by :func:`plan_start`,
+with no database; the strategies of ``queries.starting`` write them.
+
+**The wake-up.** A step due now needs idle workers woken once the row is visible. On
+PostgreSQL with the database backend, the caller's transaction issues ``NOTIFY`` itself: it
+is delivered at that commit, and dropped with a rollback — so no second connection, commit or
+round trip after it, and no window in which a crash loses it. Once per queue per transaction:
+a transaction starting 10,000 workflows sends one. (The price: PostgreSQL serialises the
+commits of notifying transactions on one lock. A start is one such commit; the worker's own
+transactions, which chain their next step on the same thread, never notify.)
+
+Everywhere else the wake-up is sent after commit as before (``backends.base``): other
+dialects, other backends, and a worker's own step threads, where the thread may take the
+row it scheduled itself and nobody needs waking.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from sqlalchemy import inspect as sa_inspect
+from sqlalchemy.orm import InstanceState, Session, configure_mappers, object_session
+
+from geneva_drive.core.errors import StepConfigurationError, WorkflowAlreadyOngoing
+from geneva_drive.core.ports import EnqueuedStep
+from geneva_drive.core.settings import settings, settings_of
+from geneva_drive.core.states import ExecutionState, WorkflowState
+from geneva_drive.definition.job_options import checked_step_job_options
+from geneva_drive.definition.ports import StartResult
+from geneva_drive.engine import writer
+from geneva_drive.engine.wakeups import enqueue_after_commit, note_woken, wake_for_start
+from geneva_drive.storage import queries, serialization
+from geneva_drive.storage.limits import MAX_HERO_ID, MAX_HERO_TYPE
+from geneva_drive.storage.queries.bypass import as_inserted, connection_of, remember_workflow_lock
+from geneva_drive.storage.queries.starting import Hero, execution_row, starter_for, workflow_row
+from geneva_drive.storage.queries.starting import ongoing_heroes as _ongoing_heroes
+
+if TYPE_CHECKING:
+    from geneva_drive.definition.steps import StepDefinition
+    from geneva_drive.definition.workflow import Workflow
+
+W = TypeVar("W", bound="Workflow")
+log = logging.getLogger("geneva_drive")
+
+
+# -- what a new workflow's rows hold (pure) -------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Start:
+    """The rows of one new workflow of a class, before it has an id or a hero."""
+
+    workflow: dict[str, Any]  # every column but id, hero_type and hero_id
+    first: dict[str, Any] | None  # its first execution's columns but id and workflow_id
+    options: dict[str, Any]  # the first step's merged job options (its wake-up carries them)
+    first_step: StepDefinition | None
+
+    @property
+    def due(self) -> datetime | None:
+        return None if self.first is None else self.first["scheduled_for"]
+
+    @property
+    def queue(self) -> str:
+        return str(self.options.get("queue") or "default")
+
+
+def plan_start(
+    cls: type[Workflow],
+    now: datetime,
+    *,
+    allow_multiple: bool,
+    step_job_options: dict[str, Any] | None,
+) -> Start:
+    """A new workflow of ``cls``: ``ready`` at its first step in positional order (the gem's
+    H-2), that step scheduled after its ``wait``. A class without steps gets no execution
+    (``create`` then finishes it through the writer)."""
+    first = cls.steps.next_after(None)
+    identity = cls.__mapper_args__["polymorphic_identity"]
+    workflow = workflow_row(
+        {
+            "type": identity,
+            "state": WorkflowState.READY,
+            "next_step_name": first.name if first is not None else None,
+            "allow_multiple": allow_multiple,
+            "metadata_json": _metadata(step_job_options),
+            "created_at": now,
+            "updated_at": now,
+        }
+    )
+    del workflow["hero_type"], workflow["hero_id"]
+    if first is None:
+        return Start(workflow, None, {}, None)
+    options = {**cls._job_options, **(step_job_options or {}), **(first.job_options or {})}
+    wait: timedelta | None = first.wait_delta
+    execution = execution_row(
+        {
+            "step_name": first.name,
+            "state": ExecutionState.SCHEDULED,
+            "scheduled_for": now + wait if wait else now,
+            "queue": options.get("queue") or "default",
+            "priority": options.get("priority") or 0,
+            "created_at": now,
+        }
+    )
+    del execution["workflow_id"]
+    return Start(workflow, execution, options, first)
+
+
+def _metadata(step_job_options: dict[str, Any] | None) -> dict[str, Any] | None:
+    if not step_job_options:
+        return None
+    return {"step_job_options": serialization.encode(step_job_options)}
+
+
+# -- create() ---------------------------------------------------------------------------
+
+
+def create(
+    cls: type[W],
+    session: Session,
+    *,
+    hero: Any,
+    allow_multiple: bool,
+    step_job_options: dict[str, Any] | None,
+) -> W:
+    """``Workflow.create``: everything checked first, then one INSERT per row (PostgreSQL:
+    one statement), the wake-up queued with the caller's commit."""
+    _check_creatable(cls)
+    hero_type, hero_id = hero_key(cls, session, hero)
+    options = checked_step_job_options(cls, step_job_options) if step_job_options else None
+    now = settings_of(session).clock.now()
+    start = plan_start(cls, now, allow_multiple=allow_multiple, step_job_options=options)
+    row = {**start.workflow, "hero_type": hero_type, "hero_id": hero_id}
+    connection = connection_of(session)
+    notify, notified = wake_for_start(session, start.queue, start.due)
+    ids = starter_for(connection).insert_one(connection, row, start.first, notify)
+    if ids is None:
+        raise _already_ongoing(cls, session, row)
+    if notify is not None:
+        note_woken(session, notify)
+    workflow_id, execution_id = ids
+    mapper = sa_inspect(cls)
+    if not mapper.configured:  # a class defined since the last ORM use: set it up first
+        configure_mappers()
+    workflow: W = as_inserted(session, mapper, {**row, "id": workflow_id})
+    if hero is not None:
+        workflow.__dict__["_gd_hero"] = hero
+    # The new row is ours alone until commit: a later lock in this transaction (a signal()
+    # right after create()) needs no round trip.
+    remember_workflow_lock(session, workflow_id, workflow)
+    if start.first is None:
+        writer.begin(session, workflow, now)  # no steps: finished at once, by the writer
+    else:
+        assert execution_id is not None and start.first_step is not None
+        step = EnqueuedStep(
+            execution_id,
+            workflow_id,
+            start.first["step_name"],
+            start.first["scheduled_for"],
+            start.options,
+            notified=notified,
+        )
+        enqueue_after_commit(session, step)
+    if log.isEnabledFor(logging.INFO):
+        workflow.logger.info("created with %d step(s)", len(cls.steps))
+    return workflow
+
+
+def _check_creatable(cls: type[Workflow]) -> None:
+    from geneva_drive.definition.workflow import (  # late: workflow is built on starting
+        Workflow,
+        check_job_options,
+    )
+
+    if cls is Workflow:
+        raise StepConfigurationError(
+            "Workflow.create(): create a subclass of Workflow that declares steps"
+        )
+    check_job_options(cls, settings().backend)
+
+
+def _already_ongoing(cls: type[Workflow], session: Session, row: dict[str, Any]) -> Exception:
+    # The unique index refused the row; name the holder when it can still be seen (it may
+    # have finished since, or be another transaction's, not yet committed).
+    existing = queries.find_ongoing_duplicate(
+        session, row["type"], row["hero_type"], row["hero_id"]
+    )
+    return ongoing_error(cls, row["hero_type"], row["hero_id"], existing)
+
+
+def ongoing_error(
+    cls: type[Workflow], hero_type: str | None, hero_id: str | None, existing_id: int | None
+) -> WorkflowAlreadyOngoing:
+    which = f" (id={existing_id})" if existing_id is not None else ""
+    return WorkflowAlreadyOngoing(
+        f"{cls.__name__}: an ongoing workflow{which} already exists for hero "
+        f"{hero_type} id={hero_id}; wait for it to finish, cancel it, or pass "
+        "allow_multiple=True"
+    )
+
+
+# -- create_many() ----------------------------------------------------------------------
+
+
+def create_many(
+    cls: type[Workflow],
+    session: Session,
+    *,
+    heroes: Iterable[Any] | None = None,
+    count: int | None = None,
+    allow_multiple: bool = False,
+    step_job_options: dict[str, Any] | None = None,
+    raise_on_conflict: bool = False,
+) -> StartResult:
+    """Start one workflow per hero (or ``count`` hero-less ones) in the caller's transaction.
+
+    A few multi-row INSERTs per thousand workflows; heroes that already have an ongoing
+    workflow of this class are reported in ``conflicts`` (``raise_on_conflict``: raise
+    ``WorkflowAlreadyOngoing`` for the first instead, having written nothing). No ORM
+    instances are made: load the ones you need by id.
+    """
+    _check_creatable(cls)
+    keyed = _keyed_heroes(cls, session, heroes, count)
+    options = checked_step_job_options(cls, step_job_options) if step_job_options else None
+    now = settings_of(session).clock.now()
+    start = plan_start(cls, now, allow_multiple=allow_multiple, step_job_options=options)
+    if start.first is None:
+        raise StepConfigurationError(
+            f"{cls.__name__}.create_many(): {cls.__name__} has no steps, so each workflow "
+            "would finish at once; use create() for it"
+        )
+    unique, repeated = _split_repeats(keyed)
+    if raise_on_conflict and repeated:
+        raise _conflict_error(cls, (repeated[0][0], None))
+    if not raise_on_conflict:
+        return _start_all(session, start, unique, repeated, allow_multiple)
+    with session.begin_nested():  # all or nothing: a conflict undoes every row of the call
+        result = _start_all(session, start, unique, repeated, allow_multiple)
+        if result.conflicts:
+            raise _conflict_error(cls, result.conflicts[0])
+    return result
+
+
+def _start_all(
+    session: Session,
+    start: Start,
+    unique: list[tuple[Any, Hero]],
+    repeated: list[tuple[Any, Hero]],
+    allow_multiple: bool,
+) -> StartResult:
+    assert start.first is not None and start.first_step is not None
+    result = StartResult(conflicts=[(hero, None) for hero, _ in repeated])
+    if not unique:
+        return result
+    connection = connection_of(session)
+    notify, notified = wake_for_start(session, start.queue, start.due)
+    started = starter_for(connection).start_many(
+        connection, start.workflow, [key for _, key in unique], start.first, notify
+    )
+    if notify is not None and started:
+        note_woken(session, notify)
+    executions = _collect(result, unique, started, allow_multiple, connection, start)
+    due, name = start.first["scheduled_for"], start.first["step_name"]
+    for _, workflow_id in result.created:
+        step = EnqueuedStep(
+            executions[workflow_id], workflow_id, name, due, start.options, notified=notified
+        )
+        enqueue_after_commit(session, step)
+    return result
+
+
+def _keyed_heroes(
+    cls: type[Workflow], session: Session, heroes: Iterable[Any] | None, count: int | None
+) -> list[tuple[Any, Hero]]:
+    name = cls.__name__
+    if (heroes is None) == (count is None):
+        raise TypeError(
+            f"{name}.create_many(): pass heroes=[...] (one workflow each) or count=N "
+            "(hero-less workflows), not both nor neither"
+        )
+    if count is not None:
+        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+            raise ValueError(f"{name}.create_many(count={count!r}): expected an int >= 0")
+        if count and not cls.may_proceed_without_hero:
+            hero_key(cls, session, None)  # raises the hero-less refusal of create()
+        return [(None, (None, None))] * count
+    return [(hero, hero_key(cls, session, hero, verb="create_many")) for hero in heroes or ()]
+
+
+def _split_repeats(
+    keyed: Sequence[tuple[Any, Hero]],
+) -> tuple[list[tuple[Any, Hero]], list[tuple[Any, Hero]]]:
+    """Each hero's first listing, and the later ones (a hero is started at most once per
+    call). Hero-less entries are never repeats."""
+    seen: set[Hero] = set()
+    unique, repeated = [], []
+    for hero, key in keyed:
+        if key[1] is not None and key in seen:
+            repeated.append((hero, key))
+            continue
+        seen.add(key)
+        unique.append((hero, key))
+    return unique, repeated
+
+
+def _conflict_error(cls: type[Workflow], conflict: tuple[Any, int | None]) -> Exception:
+    hero, existing = conflict
+    state = sa_inspect(hero)
+    return ongoing_error(cls, type(hero).__name__, str(state.identity[0]), existing)
+
+
+def _collect(
+    result: StartResult,
+    unique: list[tuple[Any, Hero]],
+    started: list[tuple[int, Hero, int]],
+    allow_multiple: bool,
+    connection: Any,
+    start: Start,
+) -> dict[int, int]:
+    """Fill ``result`` in the order given; returns the first execution's id by workflow id."""
+    # Rows come back by hero; hero-less ones are alike, so any order matches them.
+    heroless = iter([w for w, key, _ in started if key[1] is None])
+    ids = {key: w for w, key, _ in started if key[1] is not None}
+    refused = [
+        {"type": start.workflow["type"], "hero_type": key[0], "hero_id": key[1]}
+        for _, key in unique
+        if key[1] is not None and key not in ids
+    ]
+    holders = _ongoing_heroes(connection, refused) if refused and not allow_multiple else {}
+    for hero, key in unique:
+        if key[1] is None:
+            result.created.append((hero, next(heroless)))
+        elif key in ids:
+            result.created.append((hero, ids[key]))
+        else:
+            result.conflicts.append((hero, holders.get(key)))
+    return {w: x for w, _, x in started}
+
+
+# -- the hero -----------------------------------------------------------------------------
+
+
+def hero_key(
+    cls: type[Workflow], session: Session, hero: Any, *, verb: str = "create"
+) -> tuple[str | None, str | None]:
+    """(hero_type, hero_id) as stored, or a ``StepConfigurationError`` saying what to pass."""
+    name = cls.__name__
+    if hero is None:
+        if not cls.may_proceed_without_hero:
+            # Its first step's hero check would cancel it straight away, for no stated
+            # reason: refuse here, where the cause is.
+            raise StepConfigurationError(
+                f"{name}.{verb}(hero=None): {name} needs a hero — without one it would be "
+                f"canceled at its first step; pass hero=<a mapped instance>, or set "
+                f"may_proceed_without_hero = True on {name} for a workflow without a hero"
+            )
+        return None, None
+    state = _hero_state(name, hero, verb)
+    if state.identity is None:
+        _flush_new_hero(session, name, hero)
+    if state.identity is None:  # pragma: no cover - a flush always assigns the key
+        raise StepConfigurationError(f"{name}.{verb}(hero=...): {hero!r} has no primary key")
+    hero_type, hero_id = type(hero).__name__, str(state.identity[0])
+    for what, value, limit in (
+        ("class name", hero_type, MAX_HERO_TYPE),
+        ("primary key", hero_id, MAX_HERO_ID),
+    ):
+        if len(value) > limit:
+            raise StepConfigurationError(
+                f"{name}.{verb}(hero=...): the hero's {what} {value[:40]!r}… is {len(value)} "
+                f"characters long, over the limit of {limit} (the length of the column "
+                "that stores it); use a hero with a shorter key, or a shorter class name"
+            )
+    return hero_type, hero_id
+
+
+def _hero_state(name: str, hero: Any, verb: str) -> InstanceState[Any]:
+    """The ORM state of a hero passed to ``create()``; refuses what cannot be one."""
+    where = f"{name}.{verb}(hero=...)"
+    if isinstance(hero, type):
+        raise StepConfigurationError(
+            f"{where}: got the class {hero.__name__} itself; pass an instance, e.g. "
+            f"hero=session.get({hero.__name__}, id)"
+        )
+    try:
+        state = sa_inspect(hero)
+        state.mapper  # noqa: B018 — raises for objects that are inspectable but not instances
+    except Exception:
+        raise StepConfigurationError(
+            f"{where}: the hero must be an instance of a mapped SQLAlchemy class, got {hero!r}"
+        ) from None
+    if not isinstance(state, InstanceState):
+        raise StepConfigurationError(
+            f"{where}: the hero must be an instance of a mapped SQLAlchemy class, got {hero!r}"
+        )
+    if len(state.mapper.primary_key) != 1:
+        raise StepConfigurationError(
+            f"{where}: {type(hero).__name__} has a composite primary key; heroes need a "
+            "single-column key (int, str or UUID)"
+        )
+    if state.deleted or state.was_deleted:
+        raise StepConfigurationError(
+            f"{where}: {type(hero).__name__} {hero!r} has been deleted in this session; a "
+            "workflow needs a hero that exists"
+        )
+    return state
+
+
+def _flush_new_hero(session: Session, name: str, hero: Any) -> None:
+    """Give a hero that was never saved its primary key: add it to ``session`` and flush.
+
+    In a savepoint, so that a hero the database refuses leaves the caller's transaction as it
+    was (nothing written, still usable).
+    """
+    other = object_session(hero)
+    if other is not None and other is not session:
+        raise StepConfigurationError(
+            f"{name}.create(hero=...): the hero {hero!r} is new (no primary key yet) and "
+            "belongs to another session; flush it there first, or create the workflow in that "
+            "session"
+        )
+    try:
+        with session.begin_nested():
+            session.add(hero)
+            session.flush()
+    except Exception as error:
+        raise StepConfigurationError(
+            f"{name}.create(hero=...): the hero {hero!r} had no primary key yet, so it was "
+            f"added to the session and flushed, which failed: {type(error).__name__}: {error}; "
+            "save the hero yourself first (session.add(hero); session.flush())"
+        ) from error

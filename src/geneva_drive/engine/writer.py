@@ -1,0 +1,395 @@
+"""The one writer of execution and workflow state: it applies the plans of ``outcomes``.
+
+Every change of an execution's or a workflow's ``state`` goes through here — ending an
+execution by a :class:`~geneva_drive.outcomes.Plan`, starting, parking and waking one, moving a
+workflow — each checked against the transition tables in ``states``. Callers hold the workflow
+row lock (see ``queries``); this module takes no locks of its own.
+
+Two implementations sit behind the completion of a plain successful step, the hottest write
+of all (:class:`Completer`): the portable one (two guarded UPDATEs and an INSERT) and
+PostgreSQL's, which sends the same guarded writes as one statement. The dialect picks one
+once (:func:`completer_for`); the executor never asks which database it is on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import traceback
+from datetime import datetime, timedelta
+from functools import cache
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from sqlalchemy.orm import Session
+
+from geneva_drive.core.errors import StepNotDefinedError
+from geneva_drive.core.states import (
+    STAMPED_WORKFLOW_STATES,
+    ExecutionState,
+    WorkflowState,
+    check_step_transition,
+    check_workflow_transition,
+)
+from geneva_drive.engine import scheduling, signals
+from geneva_drive.engine.outcomes import ErrorRecord, Next, Plan, Settle, ended_columns
+from geneva_drive.storage import queries
+from geneva_drive.storage.models import StepExecution
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Dialect
+
+    from geneva_drive.definition.steps import StepDefinition
+    from geneva_drive.definition.workflow import Workflow
+
+
+# -- executions ------------------------------------------------------------------------------
+
+
+def end(
+    execution: StepExecution,
+    plan: Plan,
+    now: datetime,
+    *,
+    error: BaseException | None = None,
+) -> None:
+    """End ``execution`` as ``plan`` says, on the loaded instance (flushed with the session)."""
+    check_step_transition(execution.state, plan.state)
+    for key, value in ended_columns(plan, now).items():
+        setattr(execution, key, value)
+    if plan.reason is not None:
+        execution.write_metadata("reattempt_reason", plan.reason)
+    if plan.rewind:
+        execution.cursor = None
+    if error is not None and plan.error is not ErrorRecord.NONE:
+        execution.write_metadata("exception", exception_info(error))
+        if plan.error is ErrorRecord.COLUMNS:
+            execution.error_class_name = qualified_name(error)
+            execution.error_message = str(error)
+            execution.error_backtrace = "".join(traceback.format_exception(error))
+
+
+def start(
+    session: Session,
+    workflow: Workflow,
+    execution: StepExecution,
+    step_def: StepDefinition,
+    now: datetime,
+    started: dict[str, Any],
+) -> None:
+    """``scheduled → in_progress`` and the workflow ``performing``, under phase 1's locks."""
+    check_step_transition(execution.state, ExecutionState.IN_PROGRESS)
+    check_workflow_transition(workflow.state, WorkflowState.PERFORMING)
+    performing: dict[str, Any] = {
+        "state": WorkflowState.PERFORMING,
+        "current_step_name": step_def.name,
+        "updated_at": now,
+    }
+    if workflow.started_at is None:
+        performing["started_at"] = now
+    queries.start_both(session, execution, {**started, "updated_at": now}, workflow, performing)
+
+
+def park(
+    execution: StepExecution,
+    now: datetime,
+    *,
+    awaiting: str | None = None,
+    deadline: datetime | None = None,
+) -> None:
+    """``scheduled → waiting``: the step waits for signal ``awaiting``, until ``deadline``.
+
+    The name and deadline are stored on the row so an operator can ask what waits for what
+    (``geneva_drive.admin``) without the workflow's code.
+    """
+    check_step_transition(execution.state, ExecutionState.WAITING)
+    execution.state = ExecutionState.WAITING
+    execution.waiting_since = now
+    execution.awaiting_signal = awaiting
+    execution.wait_deadline = deadline
+
+
+def wake(execution: StepExecution, signal_id: int, now: datetime) -> None:
+    """``waiting → scheduled`` with the signal attached, due now.
+
+    Due now rather than whenever: a lost wake-up is then an overdue row, which is recovered.
+    """
+    check_step_transition(execution.state, ExecutionState.SCHEDULED)
+    for key, value in woken_columns(signal_id, now).items():
+        setattr(execution, key, value)
+
+
+def woken_columns(signal_id: int, now: datetime) -> dict[str, Any]:
+    """What :func:`wake` writes (``queries.signals.delivery`` writes the same
+    in SQL)."""
+    return {
+        "signal_id": signal_id,
+        "state": ExecutionState.SCHEDULED,
+        "scheduled_for": now,
+        "waiting_since": None,
+    }
+
+
+# -- workflows -------------------------------------------------------------------------------
+
+
+def move(workflow: Workflow, state: WorkflowState, now: datetime, *, guarded: bool = True) -> None:
+    """Move the workflow to ``state``; paused, finished and canceled stamp ``transitioned_at``.
+
+    ``guarded=False`` is for operator verbs, which check the state themselves and may act on
+    a paused workflow; the executor's moves are held to the transition table.
+    """
+    if guarded:
+        check_workflow_transition(workflow.state, state)
+    if state != workflow.state:
+        # Leaving paused for ready/performing (resume, skip) clears the stamp.
+        workflow.transitioned_at = now if state in STAMPED_WORKFLOW_STATES else None
+    workflow.state = state
+    if state == WorkflowState.FINISHED:
+        workflow.current_step_name = None
+        workflow.next_step_name = None
+
+
+def advance(
+    session: Session, workflow: Workflow, after: str | None, now: datetime
+) -> StepExecution | None:
+    """Schedule the step after ``after`` in positional order, or finish the workflow."""
+    following = type(workflow).steps.next_after(after)
+    if following is None:
+        move(workflow, WorkflowState.FINISHED, now, guarded=False)
+        return None
+    return scheduling.create_step_execution(
+        session, workflow, following, now, wait=following.wait_delta
+    )
+
+
+def begin(session: Session, workflow: Workflow, now: datetime) -> StepExecution | None:
+    """Schedule a new workflow's first step in *positional* order (the gem's H-2), or finish."""
+    return advance(session, workflow, None, now)
+
+
+# -- applying a plan -------------------------------------------------------------------------
+
+
+def apply(
+    session: Session,
+    workflow: Workflow,
+    execution: StepExecution,
+    plan: Plan,
+    now: datetime,
+    *,
+    error: BaseException | None = None,
+    guarded: bool = True,
+) -> StepExecution | None:
+    """End ``execution`` and move the workflow on as ``plan`` says; returns what was scheduled.
+
+    The workflow row lock is held by the caller. The execution ends first and is flushed
+    before anything new is inserted, so the one-active index always admits the next row.
+    """
+    if execution.state == ExecutionState.WAITING:
+        signals.cancel_timeout(session, execution, now)  # its timer goes with it
+    end(execution, plan, now, error=error)
+    if plan.settle is Settle.CONSUME:
+        signals.record_clean_resolution(session, execution)
+    elif plan.settle is Settle.SKIPPED:
+        signals.settle_signal_for_skipped(session, execution)
+    if plan.workflow is not None:
+        move(workflow, plan.workflow, now, guarded=guarded)
+    workflow.current_step_name = None
+    if plan.next is Next.NOTHING:
+        return None
+    return _schedule(session, workflow, execution, plan, now)
+
+
+def _schedule(
+    session: Session, workflow: Workflow, execution: StepExecution, plan: Plan, now: datetime
+) -> StepExecution | None:
+    steps = type(workflow).steps
+    if plan.next is Next.SUCCESSOR:
+        return scheduling.create_successor_execution(
+            session, workflow, execution, now, wait=plan.wait, rewind=plan.rewind
+        )
+    if plan.next is Next.AGAIN:
+        return scheduling.create_step_execution(
+            session, workflow, _defined(workflow, execution.step_name), now, wait=plan.wait
+        )
+    target = steps.named(plan.goto) if plan.next is Next.GOTO else None
+    if target is None or target.removed:
+        if plan.next is Next.GOTO:  # validated at class definition: only a stale stored name
+            workflow.logger.warning(
+                "on_timeout step %r is gone; going to the step after %r instead",
+                plan.goto,
+                execution.step_name,
+            )
+        target = steps.next_after(execution.step_name)
+    if target is None:
+        move(workflow, WorkflowState.FINISHED, now, guarded=False)
+        return None
+    return scheduling.create_step_execution(session, workflow, target, now, wait=target.wait_delta)
+
+
+def _defined(workflow: Workflow, name: str) -> StepDefinition:
+    step_def = type(workflow).steps.named(name)
+    if step_def is None:
+        raise StepNotDefinedError.for_step(workflow, name, doing="reattempt")
+    return step_def
+
+
+# -- the completion of a plain successful step (the hot path) --------------------------------
+
+
+class Completer:
+    """Writes a successful step's completion with the workflow's next navigation.
+
+    ``navigation`` is written to the workflow only while it still holds ``as_started`` (nobody
+    changed it since phase 1), ``done`` to the execution only while it is still in progress,
+    and ``following`` (a new execution's row) is inserted only if both were written. Returns
+    (workflow written, execution written, the inserted execution).
+
+    ``alone``: the caller writes nothing more in this transaction, so the completion may be
+    committed as it is written, where the database can do that atomically (PostgreSQL).
+
+    ``hands_over``: whether :meth:`finish_and_start_next` can ever do its work here (the
+    caller need not prepare its arguments otherwise).
+    """
+
+    hands_over: ClassVar[bool] = False
+
+    def complete(
+        self,
+        session: Session,
+        workflow: Workflow,
+        navigation: dict[str, Any],
+        as_started: dict[str, Any],
+        execution: StepExecution,
+        done: dict[str, Any],
+        following: dict[str, Any] | None,
+        *,
+        alone: bool = False,
+    ) -> tuple[bool, bool, StepExecution | None]:
+        wrote_workflow = queries.write_through(session, workflow, navigation, expect=as_started)
+        wrote_execution = wrote_workflow and queries.write_through(
+            session, execution, done, expect={"state": ExecutionState.IN_PROGRESS}
+        )
+        created = None
+        if wrote_execution and following is not None:
+            created = queries.insert_execution(session, following)
+        return wrote_workflow, wrote_execution, created
+
+    def finish_and_start_next(
+        self,
+        session: Session,
+        workflow: Workflow,
+        navigation: dict[str, Any],
+        as_started: dict[str, Any],
+        execution: StepExecution,
+        done: dict[str, Any],
+        claim: queries.NextClaim,
+    ) -> queries.Handover | None:
+        """The completion of a workflow's last step, the claim of the next due execution and,
+        for a step of ``claim.direct``, its start, in one statement that may commit as it is
+        written (``claim.alone``, ``queries.handover``). None, having written nothing, where
+        that cannot be done (``hands_over`` is false): the caller completes and claims as
+        usual."""
+        return None
+
+
+class OneStatementCompleter(Completer):
+    """PostgreSQL: the same three guarded writes as one statement (data-modifying CTEs).
+
+    Taken when nothing else must happen in between: no signal to settle, nothing pending on
+    the execution, and the next row inserted already started or none at all (a scheduled
+    next row needs a wake-up sent after commit, which the portable path arranges).
+    """
+
+    hands_over = True
+
+    def complete(
+        self,
+        session: Session,
+        workflow: Workflow,
+        navigation: dict[str, Any],
+        as_started: dict[str, Any],
+        execution: StepExecution,
+        done: dict[str, Any],
+        following: dict[str, Any] | None,
+        *,
+        alone: bool = False,
+    ) -> tuple[bool, bool, StepExecution | None]:
+        started_or_none = following is None or following.get("state") == ExecutionState.IN_PROGRESS
+        if (
+            not started_or_none
+            or execution.signal_id is not None
+            or session.is_modified(execution, include_collections=False)
+        ):
+            return super().complete(
+                session, workflow, navigation, as_started, execution, done, following
+            )
+        return queries.complete_in_one_statement(
+            session, workflow, navigation, as_started, execution, done, following, alone=alone
+        )
+
+    def finish_and_start_next(
+        self,
+        session: Session,
+        workflow: Workflow,
+        navigation: dict[str, Any],
+        as_started: dict[str, Any],
+        execution: StepExecution,
+        done: dict[str, Any],
+        claim: queries.NextClaim,
+    ) -> queries.Handover | None:
+        if execution.signal_id is not None or session.is_modified(
+            execution, include_collections=False
+        ):
+            return None
+        check_step_transition(ExecutionState.SCHEDULED, ExecutionState.IN_PROGRESS)
+        check_workflow_transition(WorkflowState.READY, WorkflowState.PERFORMING)
+        started = {**claim.started, "updated_at": claim.now}  # as start() writes it
+        return queries.finish_and_start_next(
+            session,
+            workflow,
+            navigation,
+            as_started,
+            execution,
+            done,
+            dataclasses.replace(claim, started=started),
+        )
+
+
+@cache
+def _completer(dialect_name: str) -> Completer:
+    return OneStatementCompleter() if dialect_name == "postgresql" else Completer()
+
+
+def completer_for(dialect: Dialect) -> Completer:
+    """The completion strategy for ``dialect``, chosen once per dialect name."""
+    return _completer(dialect.name)
+
+
+# -- errors as stored ------------------------------------------------------------------------
+
+
+def exception_info(error: BaseException) -> dict[str, Any]:
+    return {
+        "class": qualified_name(error),
+        "message": str(error),
+        "backtrace": traceback.format_exception(error)[-20:],
+    }
+
+
+def qualified_name(error: BaseException) -> str:
+    cls = type(error)
+    if cls.__module__ == "builtins":
+        return cls.__qualname__
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def lease_columns(now: datetime, worker_id: str | None, lease: timedelta | None) -> dict[str, Any]:
+    """An execution's columns as phase 1 leaves them when it starts the step."""
+    # Written even without a lease: on a scheduled row the Celery dispatcher keeps its resend
+    # time in lease_expires_at, which must not survive as the lease of a run that holds none.
+    return {
+        "state": ExecutionState.IN_PROGRESS,
+        "started_at": now,
+        "lease_owner": worker_id,
+        "lease_expires_at": None if worker_id is None else now + (lease or timedelta(seconds=30)),
+    }

@@ -1,0 +1,279 @@
+"""A workflow's last step completed, and the next workflow's step claimed and started, in one
+PostgreSQL statement.
+
+A worker with a backlog finishes a workflow and at once claims the next due execution in the
+same transaction (``executor._claim_next``): a BEGIN, the completion, the claim, the start and
+a COMMIT, five round trips. When the claimed step is one that phase 1 is certain to start —
+its class needs no hero, and has no ``cancel_if``; the step is defined, not removed, has no
+``skip_if`` and no signal gate; the row is not a signal timeout's timer — nothing of the
+application's code must run between the claim and the start, so both can be written by the
+database itself, in the completion's statement. Which steps those are is worked out from the
+loaded classes and bound as two arrays (``direct_types``/``direct_steps``, pairwise).
+
+When the claimed row is not such a step, the statement locks it but starts nothing. Run as a
+transaction of its own, the lock goes with it and the worker's next ordinary claim finds the
+same row first, so the order of claims is kept; otherwise the transaction goes on and the
+executor claims the row again there, where its phase 1 runs as usual.
+
+Its claim comes in two widths. Narrow (``NextClaim.wide`` false), it tries only the first
+due rows (the first of the claim's windows, 16), not the wider windows behind them that the
+worker's ordinary claim falls back on: every window is a dozen plan nodes that PostgreSQL
+initialises and tears down at every run of the statement, used or not, and on a backlog the
+two fallback windows were 13 % of the server's instructions per step, the widest alone 8 %
+(``benchmarks/server_instructions.py``). When none of those 16 rows can be claimed (paused
+workflows at the head of the queue, classes this worker has not loaded, rows other workers
+are claiming at that moment), it claims nothing, the chain ends, and the worker's next
+claim, an ordinary one, goes past them; when that one finds a row, the executor makes its
+next handovers wide, with every window, as the ordinary claim is, for a while
+(``executor.WIDE_HANDOVERS``) before it tries a narrow one again.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    String,
+    and_,
+    bindparam,
+    func,
+    literal_column,
+    select,
+    true,
+    tuple_,
+    update,
+)
+from sqlalchemy.orm import Session
+from sqlalchemy.orm.attributes import set_committed_value
+
+from geneva_drive.core.states import WorkflowState
+from geneva_drive.storage.models import TIMEOUT_FOR, StepExecution, WorkflowColumns
+from geneva_drive.storage.queries._sql import as_array, mapped_class, text_array, workflow_model
+from geneva_drive.storage.queries.bypass import (
+    as_loaded,
+    connection_of,
+    driver_in_transaction,
+    execute_alone,
+    execute_direct,
+    mark_written,
+)
+from geneva_drive.storage.queries.claims import (
+    CLAIM_WINDOWS,
+    EVERY_WINDOW,
+    ClaimScope,
+    _claim_stmt,
+    first_in_order,
+    loaded_classes_in_arrays,
+)
+from geneva_drive.storage.queries.executions import completion_ctes, completion_params
+
+
+@dataclass(frozen=True)
+class NextClaim:
+    """What to claim after the completion, and how to start it: the worker's ``scope``; the
+    clock's ``now``; the execution's columns as ``writer.start`` writes them (``started``);
+    the (workflow type, step name) pairs it may start (``direct``, two tuples); whether
+    the statement may run as a transaction of its own (``alone``); and whether its claim
+    tries every window of due rows or only the first (``wide``, see the module docstring)."""
+
+    scope: ClaimScope
+    now: datetime
+    started: dict[str, Any]
+    direct: tuple[tuple[str, ...], tuple[str, ...]]
+    alone: bool
+    wide: bool = False
+
+
+@dataclass(frozen=True)
+class Handover:
+    """What :func:`finish_and_start_next` did: the completion's two guarded writes; whether
+    it claimed a row (``claimed``) and the workflow and execution it started (``started``;
+    None: nothing was due, or not a step it may start); whether the statement ran as a
+    transaction of its own (``committed``: then no lock it took is held any more)."""
+
+    wrote_workflow: bool
+    wrote_execution: bool
+    claimed: bool
+    started: tuple[WorkflowColumns, StepExecution] | None
+    committed: bool
+
+
+def finish_and_start_next(
+    session: Session,
+    workflow: WorkflowColumns,
+    navigation: dict[str, Any],
+    as_started: dict[str, Any],
+    execution: StepExecution,
+    done: dict[str, Any],
+    claim: NextClaim,
+) -> Handover:
+    """The completion of ``execution`` (as :func:`executions.complete_in_one_statement`
+    writes it), the claim of the next due execution in ``claim.scope`` (as
+    :func:`claims.claim_due_execution` makes it, only if the completion was written), and its
+    start if its (workflow type, step name) is one of ``claim.direct``'s pairs and it is not
+    a timer.
+
+    Every write depends on the one before it, and the claimed rows are locked ``FOR UPDATE
+    … SKIP LOCKED`` by the statement itself, so it writes all of it, only the completion, or
+    nothing: with ``claim.alone`` it may run as a transaction of its own (``execute_alone``).
+    Nothing pending on either instance (the caller checks).
+    """
+    base = mapped_class(workflow).__mapper__.base_mapper
+    scope = claim.scope
+    stmt = _statement(
+        base,
+        tuple(navigation),
+        tuple(as_started),
+        tuple(done),
+        tuple(claim.started),
+        scope.loaded_only,
+        bool(scope.queues),
+        claim.wide,
+    )
+    params: dict[str, Any] = {
+        **completion_params(workflow, navigation, as_started, execution, done),
+        **{f"s_v_{key}": value for key, value in claim.started.items()},
+        "now": claim.now,
+        "direct_types": text_array(claim.direct[0]),
+        "direct_steps": text_array(claim.direct[1]),
+        "performing": WorkflowState.PERFORMING,
+    }
+    if scope.loaded_only:
+        params.update(scope.array_params)
+    if scope.queues:
+        params["queues"] = list(scope.queues)
+    connection = connection_of(session)
+    row = (execute_alone if claim.alone else execute_direct)(connection, stmt, params)
+    committed = not driver_in_transaction(connection)
+    wrote_workflow, wrote_execution, claimed = bool(row[0]), bool(row[1]), row[2] is not None
+    if wrote_workflow:
+        mark_written(session, workflow, navigation)
+    if wrote_execution:
+        mark_written(session, execution, done)
+    execution_values, workflow_values = _split(row)
+    if execution_values["id"] is None:
+        return Handover(wrote_workflow, wrote_execution, claimed, None, committed)
+    next_execution = _loaded(session, StepExecution.__mapper__, execution_values)
+    # The row's own class: only loaded classes have steps among the direct pairs.
+    next_workflow = _loaded(session, base.polymorphic_map[workflow_values["type"]], workflow_values)
+    return Handover(
+        wrote_workflow, wrote_execution, claimed, (next_workflow, next_execution), committed
+    )
+
+
+def _split(row: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The started execution's and workflow's values by attribute name, from their columns'
+    places in the row (after the two counts and the claimed id)."""
+    execution_keys, workflow_keys = _attribute_keys()
+    values = row[3:]
+    return (
+        dict(zip(execution_keys, values[: len(execution_keys)], strict=True)),
+        dict(zip(workflow_keys, values[len(execution_keys) :], strict=True)),
+    )
+
+
+@functools.cache
+def _attribute_keys() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Per column of each table, in the table's order (RETURNING's), its attribute's name."""
+
+    def keys(mapper: Any) -> tuple[str, ...]:
+        by_column = {attr.columns[0].key: attr.key for attr in mapper.column_attrs}
+        return tuple(by_column[column.key] for column in mapper.local_table.c)
+
+    return keys(StepExecution.__mapper__), keys(workflow_model().__mapper__)
+
+
+def _loaded(session: Session, mapper: Any, values: dict[str, Any]) -> Any:
+    """An instance holding the row as the statement returned it: a new one, or the one the
+    session already holds (a body may have loaded another workflow's rows), refreshed."""
+    key = mapper.identity_key_from_primary_key((values["id"],))
+    held = session.identity_map.get(key)
+    if held is None:
+        return as_loaded(session, mapper, values, from_select=True)
+    for name, value in values.items():
+        set_committed_value(held, name, value)
+    return held
+
+
+@functools.lru_cache(maxsize=32)
+def _statement(
+    workflow_mapper: Any,
+    navigation: tuple[str, ...],
+    as_started: tuple[str, ...],
+    done: tuple[str, ...],
+    started: tuple[str, ...],
+    loaded_only: bool,
+    queued: bool,
+    wide: bool,
+) -> Any:
+    """Kept short: the claim selects only what the start needs, the classes are bound as two
+    arrays, and the rows come back by position, unlabelled. (Still over the 4,096 characters
+    psycopg caches the parsing of: ``bypass`` numbers its placeholders once instead.)"""
+    w, e = completion_ctes(workflow_mapper, navigation, as_started, done)
+    executions: Any = StepExecution.__table__
+    workflows: Any = workflow_mapper.local_table
+    pairs = select(func.unnest(as_array("direct_types")), func.unnest(as_array("direct_steps")))
+    startable = and_(
+        tuple_(workflows.c.type, executions.c.step_name).in_(pairs),
+        executions.c.metadata.op("->>", return_type=String)(literal_column(f"'{TIMEOUT_FOR}'")).is_(
+            None
+        ),
+    )
+
+    def claim_of(row: Any) -> Any:
+        # The worker's own claim, on the condition that the completion was written.
+        claim = _claim_stmt(by_id=False, queued=queued, mysql=False, row=row)
+        claim = claim.where(select(e.c.id).exists())
+        if loaded_only:
+            claim = claim.where(loaded_classes_in_arrays(workflows.c))
+        return claim.with_only_columns(
+            executions.c.id, executions.c.workflow_id, executions.c.step_name, startable.label("go")
+        )
+
+    # The due rows in claim order, each tried by primary key (claims.first_in_order): every
+    # window, or only the first (see the module's docstring).
+    windows = EVERY_WINDOW if wide else CLAIM_WINDOWS[:1]
+    c = first_in_order(claim_of, queued=queued, due=True, windows=windows).cte("c")
+    # The claimed row's values as scalars, not a join with c: each start then finds its row
+    # by primary key whatever the planner believes of the tables. (Joined, on tables planned
+    # while empty, it hash-joined c with a read of every execution and every workflow.)
+    claimed_id, claimed_workflow, claimed_step, go = (
+        select(column).scalar_subquery()
+        for column in (c.c.id, c.c.workflow_id, c.c.step_name, c.c.go)
+    )
+    # Aliased, for a shorter text: each returns every column of its row.
+    x, y = executions.alias("x"), workflows.alias("y")
+    execution_columns = StepExecution.__mapper__.column_attrs
+    s = (
+        update(x)
+        .where(x.c.id == claimed_id, go)
+        .values(
+            {x.c[execution_columns[key].columns[0].key]: bindparam(f"s_v_{key}") for key in started}
+        )
+        .returning(*x.c)
+        .cte("s")
+    )
+    # What writer.start writes to the workflow, in SQL: performing, at the claimed step.
+    v = (
+        update(y)
+        .where(y.c.id == claimed_workflow, go)
+        .values(
+            state=bindparam("performing", type_=workflows.c.state.type),
+            current_step_name=claimed_step,
+            started_at=func.coalesce(y.c.started_at, bindparam("now")),
+            updated_at=bindparam("now"),
+        )
+        .returning(*y.c)
+        .cte("v")
+    )
+    counts = select(
+        select(func.count()).select_from(w).scalar_subquery().label("w"),
+        select(func.count()).select_from(e).scalar_subquery().label("e"),
+        select(c.c.id).scalar_subquery().label("c"),
+    ).subquery("k")
+    return select(counts.c.w, counts.c.e, counts.c.c, *s.c, *v.c).select_from(
+        counts.outerjoin(s, true()).outerjoin(v, true())
+    )
