@@ -30,6 +30,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from geneva_drive.core.errors import PolicyResolutionError
+from geneva_drive.definition.callables import is_async, signature_problem
 from geneva_drive.definition.flow import Action, FlowControl
 from geneva_drive.storage.limits import duration_problem
 
@@ -83,6 +84,77 @@ def _check_wait(wait: WaitSpec) -> None:
         raise PolicyError(f"wait= must not be negative, got {wait!r}")
 
 
+def _check_action_is_no_exception_class(action: Any) -> None:
+    if isinstance(action, type) and issubclass(action, BaseException):
+        raise PolicyError(
+            f"ExceptionPolicy({action.__name__}): the first argument is the action; to match "
+            f"this exception write ExceptionPolicy('pause', matching={action.__name__})"
+        )
+
+
+def _check_imperative(
+    handler: Any, action: Any, wait: WaitSpec, max_reattempts: Any, terminal_action: Any
+) -> None:
+    """A handler policy: the handler decides, so the declarative options must be left out."""
+    if action is not None or wait is not None or max_reattempts is not None:
+        raise PolicyError(
+            "an imperative policy (handler=) decides for itself: drop action=, wait= "
+            "and max_reattempts= (call workflow.reattempt(wait=...) in the handler)"
+        )
+    if terminal_action != "pause":
+        raise PolicyError("terminal_action= has no meaning for an imperative policy")
+    if not callable(handler):
+        raise PolicyError(f"handler= must be callable, got {handler!r}")
+    _check_handler(handler)
+
+
+def _check_declarative(
+    action: Any, wait: WaitSpec, max_reattempts: Any, terminal_action: Any
+) -> None:
+    if action not in ACTIONS:
+        raise PolicyError(f"action must be one of {', '.join(map(repr, ACTIONS))}; got {action!r}")
+    if action != "reattempt":
+        _check_reattempt_options_unused(action, wait, max_reattempts, terminal_action)
+    _check_wait(wait)
+    _check_max_reattempts(max_reattempts)
+    check_terminal_action(terminal_action)
+
+
+def _check_reattempt_options_unused(
+    action: Any, wait: WaitSpec, max_reattempts: Any, terminal_action: Any
+) -> None:
+    given = {
+        "wait": wait is not None,
+        "max_reattempts": max_reattempts is not None,
+        "terminal_action": terminal_action != "pause",
+    }
+    for option, is_given in given.items():
+        if is_given:
+            raise PolicyError(f"{option}= only applies to 'reattempt', not {action!r}")
+
+
+def _check_max_reattempts(max_reattempts: Any) -> None:
+    if max_reattempts is None:
+        return
+    if (
+        isinstance(max_reattempts, bool)
+        or not isinstance(max_reattempts, int)
+        or max_reattempts < 1
+    ):
+        raise PolicyError(
+            f"max_reattempts= must be a positive integer or None, got {max_reattempts!r}"
+        )
+
+
+def check_terminal_action(terminal_action: Any) -> None:
+    """What a reattempt turns into at the cap; also checked for a step's ``terminal_action=``."""
+    if terminal_action not in TERMINAL_ACTIONS:
+        raise PolicyError(
+            f"terminal_action= must be one of {', '.join(map(repr, TERMINAL_ACTIONS))}; "
+            f"got {terminal_action!r}"
+        )
+
+
 def wait_for_attempt(wait: WaitSpec, attempt: int, error: BaseException | None) -> timedelta | None:
     """The concrete delay for reattempt number ``attempt`` (0-based)."""
     result: timedelta | None
@@ -133,54 +205,13 @@ class ExceptionPolicy:
         # An exception class is callable too, but never meant as a handler.
         if callable(action) and handler is None and not isinstance(action, type):
             action, handler = None, action
-        if isinstance(action, type) and issubclass(action, BaseException):
-            raise PolicyError(
-                f"ExceptionPolicy({action.__name__}): the first argument is the action; to match "
-                f"this exception write ExceptionPolicy('pause', matching={action.__name__})"
-            )
+        _check_action_is_no_exception_class(action)
         if report not in REPORTS:
             raise PolicyError(f"report= must be one of {', '.join(REPORTS)}; got {report!r}")
         if handler is not None:
-            if action is not None or wait is not None or max_reattempts is not None:
-                raise PolicyError(
-                    "an imperative policy (handler=) decides for itself: drop action=, wait= "
-                    "and max_reattempts= (call workflow.reattempt(wait=...) in the handler)"
-                )
-            if terminal_action != "pause":
-                raise PolicyError("terminal_action= has no meaning for an imperative policy")
-            if not callable(handler):
-                raise PolicyError(f"handler= must be callable, got {handler!r}")
-            _check_handler(handler)
+            _check_imperative(handler, action, wait, max_reattempts, terminal_action)
         else:
-            if action not in ACTIONS:
-                raise PolicyError(
-                    f"action must be one of {', '.join(map(repr, ACTIONS))}; got {action!r}"
-                )
-            if action != "reattempt":
-                if wait is not None:
-                    raise PolicyError(f"wait= only applies to 'reattempt', not {action!r}")
-                if max_reattempts is not None:
-                    raise PolicyError(
-                        f"max_reattempts= only applies to 'reattempt', not {action!r}"
-                    )
-                if terminal_action != "pause":
-                    raise PolicyError(
-                        f"terminal_action= only applies to 'reattempt', not {action!r}"
-                    )
-            _check_wait(wait)
-            if max_reattempts is not None and (
-                isinstance(max_reattempts, bool)
-                or not isinstance(max_reattempts, int)
-                or max_reattempts < 1
-            ):
-                raise PolicyError(
-                    f"max_reattempts= must be a positive integer or None, got {max_reattempts!r}"
-                )
-            if terminal_action not in TERMINAL_ACTIONS:
-                raise PolicyError(
-                    f"terminal_action= must be one of {', '.join(map(repr, TERMINAL_ACTIONS))}; "
-                    f"got {terminal_action!r}"
-                )
+            _check_declarative(action, wait, max_reattempts, terminal_action)
         self.action = action
         self.wait = wait
         self.max_reattempts = max_reattempts
@@ -279,11 +310,6 @@ def _resolve_dotted(name: str) -> type:
 
 
 def _check_handler(handler: Handler) -> None:
-    from geneva_drive.definition.steps import (  # late: steps imports this module
-        is_async,
-        signature_problem,
-    )
-
     if is_async(handler):
         raise PolicyError(
             f"handler={handler!r} is an async function; it would never be awaited — make it "

@@ -16,13 +16,14 @@ from datetime import date, datetime, timedelta
 from typing import TYPE_CHECKING, Any, NoReturn, overload
 
 from geneva_drive.core.errors import StepConfigurationError, UnknownStepOptionError
+from geneva_drive.definition.callables import is_async, signature_problem
 from geneva_drive.definition.policy import (
     ACTIONS,
-    TERMINAL_ACTIONS,
     ExceptionPolicy,
     PolicyError,
     PolicyList,
     StepPolicy,
+    check_terminal_action,
 )
 from geneva_drive.storage.limits import MAX_QUEUE, MAX_STEP_NAME, PRIORITY_RANGE, duration_problem
 
@@ -287,62 +288,71 @@ class StepDefinition:
         value = self.on_exception
         reattempt_symbol = value == "reattempt"
         if not reattempt_symbol:
-            for option, given in (
-                ("max_reattempts", self.max_reattempts),
-                ("terminal_action", self.terminal_action),
-            ):
-                if given is not _UNSET:
-                    if isinstance(value, str | type(None)):
-                        self._fail(f"{option}= needs on_exception='reattempt', got {value!r}")
-                    self._fail(
-                        f"{option}= cannot be combined with an ExceptionPolicy, list or handler "
-                        f"(set {option} on the policy instead)"
-                    )
+            self._refuse_reattempt_options(value)
         try:
-            if value is None:
-                return None
-            if isinstance(value, str):
-                if value not in ACTIONS:
-                    self._fail(
-                        f"on_exception= must be one of {', '.join(map(repr, ACTIONS))}, an "
-                        f"ExceptionPolicy, a list of them, or a handler; got {value!r}"
-                    )
-                if not reattempt_symbol:
-                    return ExceptionPolicy(value)
-                cap = self.max_reattempts
-                terminal = self.terminal_action
-                if terminal is not _UNSET and terminal not in TERMINAL_ACTIONS:
-                    self._fail(
-                        f"terminal_action= must be one of {', '.join(map(repr, TERMINAL_ACTIONS))}"
-                        f"; got {terminal!r}"
-                    )
-                return ExceptionPolicy(
-                    "reattempt",
-                    max_reattempts=DEFAULT_MAX_REATTEMPTS if cap is _UNSET else cap,
-                    terminal_action="pause" if terminal is _UNSET else terminal,
-                )
-            if isinstance(value, ExceptionPolicy):
-                return value
-            if isinstance(value, list | tuple):
-                bad = [m for m in value if not isinstance(m, ExceptionPolicy)]
-                if bad or not value:
-                    self._fail(
-                        f"on_exception= as a list takes ExceptionPolicy objects only; got {bad!r}"
-                    )
-                return PolicyList(value)
-            if isinstance(value, type) and issubclass(value, BaseException):
-                self._fail(
-                    f"on_exception={value.__name__} is an exception class, not a reaction; write "
-                    f"on_exception=ExceptionPolicy('reattempt', matching={value.__name__})"
-                )
-            if callable(value):
-                return ExceptionPolicy(handler=value)
+            return self._policy_for(value)
         except PolicyError as error:
             self._fail(str(error))
+
+    def _refuse_reattempt_options(self, on_exception: Any) -> None:
+        """``max_reattempts=`` and ``terminal_action=`` complete ``on_exception='reattempt'``."""
+        for option, given in (
+            ("max_reattempts", self.max_reattempts),
+            ("terminal_action", self.terminal_action),
+        ):
+            if given is _UNSET:
+                continue
+            if isinstance(on_exception, str | type(None)):
+                self._fail(f"{option}= needs on_exception='reattempt', got {on_exception!r}")
+            self._fail(
+                f"{option}= cannot be combined with an ExceptionPolicy, list or handler "
+                f"(set {option} on the policy instead)"
+            )
+
+    def _policy_for(self, value: Any) -> StepPolicy | None:
+        """The policy ``on_exception=`` stands for (ExceptionPolicy may raise PolicyError)."""
+        if value is None:
+            return None
+        if isinstance(value, str):
+            return self._policy_for_action(value)
+        if isinstance(value, ExceptionPolicy):
+            return value
+        if isinstance(value, list | tuple):
+            return self._policy_list(value)
+        if isinstance(value, type) and issubclass(value, BaseException):
+            self._fail(
+                f"on_exception={value.__name__} is an exception class, not a reaction; write "
+                f"on_exception=ExceptionPolicy('reattempt', matching={value.__name__})"
+            )
+        if callable(value):
+            return ExceptionPolicy(handler=value)
         self._fail(
             f"on_exception= must be an action name, an ExceptionPolicy, a list of them, or a "
             f"handler (workflow, error); got {value!r}"
         )
+
+    def _policy_for_action(self, action: str) -> ExceptionPolicy:
+        if action not in ACTIONS:
+            self._fail(
+                f"on_exception= must be one of {', '.join(map(repr, ACTIONS))}, an "
+                f"ExceptionPolicy, a list of them, or a handler; got {action!r}"
+            )
+        if action != "reattempt":
+            return ExceptionPolicy(action)
+        cap, terminal = self.max_reattempts, self.terminal_action
+        if terminal is not _UNSET:
+            check_terminal_action(terminal)  # before ExceptionPolicy checks the cap
+        return ExceptionPolicy(
+            "reattempt",
+            max_reattempts=DEFAULT_MAX_REATTEMPTS if cap is _UNSET else cap,
+            terminal_action="pause" if terminal is _UNSET else terminal,
+        )
+
+    def _policy_list(self, members: list[Any] | tuple[Any, ...]) -> PolicyList:
+        bad = [m for m in members if not isinstance(m, ExceptionPolicy)]
+        if bad or not members:
+            self._fail(f"on_exception= as a list takes ExceptionPolicy objects only; got {bad!r}")
+        return PolicyList(members)
 
     def _validate_position(self, known: Sequence[str]) -> None:
         if self.before_step is not None and self.after_step is not None:
@@ -636,22 +646,3 @@ def _refuse_unknown_options(
         f"{label}: unknown step option{'s' if len(unknown) > 1 else ''} {', '.join(hints)}; "
         f"the options are: {', '.join(public)}"
     )
-
-
-def is_async(fn: Any) -> bool:
-    """A coroutine or async-generator function (also behind a partial or as ``__call__``)."""
-    candidates = [fn, inspect.getattr_static(type(fn), "__call__", None)]
-    return any(inspect.iscoroutinefunction(c) or inspect.isasyncgenfunction(c) for c in candidates)
-
-
-def signature_problem(fn: Any, arguments: int) -> str | None:
-    """Why ``fn`` cannot be called with ``arguments`` positional arguments, or None."""
-    try:
-        signature = inspect.signature(fn)
-    except (TypeError, ValueError):  # a builtin without a signature: trust it
-        return None
-    try:
-        signature.bind(*range(arguments))
-    except TypeError as error:
-        return f"{getattr(fn, '__qualname__', fn)}{signature} cannot be: {error}"
-    return None

@@ -25,17 +25,12 @@ from geneva_drive.core.errors import (
 )
 from geneva_drive.core.events import workflow_logger
 from geneva_drive.core.states import ExecutionState, Outcome, WorkflowState
+from geneva_drive.definition.callables import is_async, signature_problem
 from geneva_drive.definition.flow import Action, FlowControl
 from geneva_drive.definition.job_options import checked_step_job_options, job_option_problem
 from geneva_drive.definition.policy import ExceptionPolicy
 from geneva_drive.definition.ports import StartResult, verbs
-from geneva_drive.definition.steps import (
-    StepCollection,
-    StepDefinition,
-    is_async,
-    signature_problem,
-    validate_job_options,
-)
+from geneva_drive.definition.steps import StepCollection, StepDefinition, validate_job_options
 from geneva_drive.storage import queries, serialization
 from geneva_drive.storage.heroes import resolve_hero_class
 from geneva_drive.storage.limits import MAX_WORKFLOW_TYPE, duration_problem
@@ -442,30 +437,59 @@ def _parent(cls: type[Workflow]) -> type[Workflow]:
 
 
 def _register_dsl(cls: type[Workflow]) -> None:
+    """Gather what the class body declares on top of its parent's, checking each piece."""
     parent = _parent(cls)
+    definitions = _register_steps(cls, parent)
+    cls._exception_policies = [*parent._exception_policies, *_own_exception_policies(cls)]
+    cls._cancel_conditions = [*parent._cancel_conditions, *_own_cancel_conditions(cls)]
+    _register_job_options(cls, parent, definitions)
+    _check_hooks(cls)
+
+
+def _register_steps(cls: type[Workflow], parent: type[Workflow]) -> list[StepDefinition]:
+    """The parent's steps then the class body's, validated, named and ordered on ``cls``."""
     definitions = list(parent._step_definitions)
     names = [d.name for d in definitions if d.name is not None]
+    for definition in _declared_steps(cls):
+        if definition.name is None:
+            definition.name = f"step_{len(definitions) + 1}"
+        definition.validate(cls.__name__, names)
+        definitions.append(definition)
+        names.append(definition.name)
+    _refuse_lost_duplicates(definitions)
+    cls._step_definitions = definitions
+    cls.steps = StepCollection(definitions)
+    for definition in definitions:
+        _check_skip_if_name(cls, definition)
+    for definition in definitions:  # on_timeout may name a step defined further down
+        _check_on_timeout_target(cls, definition)
+    return definitions
+
+
+def _declared_steps(cls: type[Workflow]) -> Iterator[StepDefinition]:
+    """The steps of the class body in order, each once: a step, or a list/tuple of them."""
     seen: set[int] = set()  # a gravestone is filed by removed_step() and maybe assigned too
     for value in list(cls.__dict__.values()):
-        if isinstance(value, StepDefinition):
-            group = [value]
-        elif (
-            isinstance(value, list | tuple)
-            and value
-            and all(isinstance(v, StepDefinition) for v in value)
-        ):
-            group = list(value)
-        else:
-            continue
-        for definition in group:
-            if id(definition) in seen:
-                continue
-            seen.add(id(definition))
-            if definition.name is None:
-                definition.name = f"step_{len(definitions) + 1}"
-            definition.validate(cls.__name__, names)
-            definitions.append(definition)
-            names.append(definition.name)
+        for definition in _as_step_group(value):
+            if id(definition) not in seen:
+                seen.add(id(definition))
+                yield definition
+
+
+def _as_step_group(value: Any) -> list[StepDefinition]:
+    if isinstance(value, StepDefinition):
+        return [value]
+    if (
+        isinstance(value, list | tuple)
+        and value
+        and all(isinstance(v, StepDefinition) for v in value)
+    ):
+        return list(value)
+    return []
+
+
+def _refuse_lost_duplicates(definitions: list[StepDefinition]) -> None:
+    """A step that replaced a same-named one in the class body, which was not registered."""
     registered = {id(d) for d in definitions}
     for definition in definitions:
         replaced, definition.shadows = definition.shadows, None
@@ -474,20 +498,21 @@ def _register_dsl(cls: type[Workflow]) -> None:
                 "is declared twice in the class body and Python kept only the last one; "
                 "rename one of them"
             )
-    cls._step_definitions = definitions
-    cls.steps = StepCollection(definitions)
-    for definition in definitions:
-        _check_skip_if_name(cls, definition)
-    for definition in definitions:  # on_timeout may name a step defined further down
-        target = definition.on_timeout
-        if target not in (None, "skip", "cancel", "pause") and target not in [
-            d.name for d in cls.steps.runnable()
-        ]:
-            definition._fail(
-                f"on_timeout={target!r} is neither 'skip', 'cancel', 'pause' nor a step of "
-                f"{cls.__name__} (steps: {', '.join(cls.steps.names) or 'none'})"
-            )
 
+
+def _check_on_timeout_target(cls: type[Workflow], definition: StepDefinition) -> None:
+    target = definition.on_timeout
+    if target in (None, "skip", "cancel", "pause"):
+        return
+    if target in [d.name for d in cls.steps.runnable()]:
+        return
+    definition._fail(
+        f"on_timeout={target!r} is neither 'skip', 'cancel', 'pause' nor a step of "
+        f"{cls.__name__} (steps: {', '.join(cls.steps.names) or 'none'})"
+    )
+
+
+def _own_exception_policies(cls: type[Workflow]) -> Iterable[ExceptionPolicy]:
     own_policies = cls.__dict__.get("exception_policies", ())
     if isinstance(own_policies, ExceptionPolicy):
         own_policies = [own_policies]
@@ -497,19 +522,24 @@ def _register_dsl(cls: type[Workflow]) -> None:
                 f"{cls.__name__}.exception_policies: expected ExceptionPolicy objects, got "
                 f"{policy!r}"
             )
-    cls._exception_policies = [*parent._exception_policies, *own_policies]
+    return cast("Iterable[ExceptionPolicy]", own_policies)
 
-    conditions = list(parent._cancel_conditions)
-    if "cancel_if" in cls.__dict__:
-        condition = cls.__dict__["cancel_if"]
-        if not callable(condition):
-            raise StepConfigurationError(
-                f"{cls.__name__}.cancel_if must be a method returning bool, got {condition!r}"
-            )
-        _check_method(cls, "cancel_if", condition, "(self) -> bool")
-        conditions.append(condition)
-    cls._cancel_conditions = conditions
 
+def _own_cancel_conditions(cls: type[Workflow]) -> list[Hook]:
+    if "cancel_if" not in cls.__dict__:
+        return []
+    condition = cls.__dict__["cancel_if"]
+    if not callable(condition):
+        raise StepConfigurationError(
+            f"{cls.__name__}.cancel_if must be a method returning bool, got {condition!r}"
+        )
+    _check_method(cls, "cancel_if", condition, "(self) -> bool")
+    return [condition]
+
+
+def _register_job_options(
+    cls: type[Workflow], parent: type[Workflow], definitions: list[StepDefinition]
+) -> None:
     own_options = validate_job_options(
         cls.__dict__.get("job_options"), f"{cls.__name__}.job_options"
     )
@@ -520,6 +550,8 @@ def _register_dsl(cls: type[Workflow]) -> None:
         *(d.job_options or () for d in definitions)
     )
 
+
+def _check_hooks(cls: type[Workflow]) -> None:
     for hook, shape in _HOOKS.items():
         if hook in cls.__dict__:
             if not callable(cls.__dict__[hook]):
