@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from geneva_drive import ExceptionPolicy, StepConfigurationError, Workflow, step
-from geneva_drive.engine.executor import cancel_conditions_hold
+from geneva_drive.engine.prepare import cancel_conditions_hold
 
 PARENT_POLICY = ExceptionPolicy("reattempt", matching=TimeoutError, max_reattempts=5)
 CHILD_POLICY = ExceptionPolicy("skip", matching=KeyError)

@@ -14,7 +14,7 @@ from sqlalchemy import event, select
 from sqlalchemy.engine import Engine
 
 from geneva_drive import StepExecution, Workflow, step
-from geneva_drive.engine import executor as executor_module
+from geneva_drive.engine import prepare as prepare_module
 from geneva_drive.runtime.worker import Worker
 from tests.support.app import AuditEntry, Order
 from tests.support.statements import WRITES
@@ -190,7 +190,7 @@ def test_skip_if_skips_a_chained_step_and_the_chain_goes_on(gd, session):
 def test_a_chained_start_that_fails_keeps_the_predecessor_and_leaves_the_step_to_a_claim(
     gd, session, monkeypatch
 ):
-    real = executor_module._guards_and_start
+    real = prepare_module.guards_and_start
     failures: list[str] = []
 
     def start_once_failing(session_: Any, workflow: Any, execution: Any, *args: Any) -> Any:
@@ -199,7 +199,7 @@ def test_a_chained_start_that_fails_keeps_the_predecessor_and_leaves_the_step_to
             raise RuntimeError("injected: the chained start breaks once")
         return real(session_, workflow, execution, *args)
 
-    monkeypatch.setattr(executor_module, "_guards_and_start", start_once_failing)
+    monkeypatch.setattr(prepare_module, "guards_and_start", start_once_failing)
     wf = ChainGuardBlowsUp.create(session)
     session.commit()
 

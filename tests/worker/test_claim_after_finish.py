@@ -41,7 +41,7 @@ class ClaimedCancelIfBlowsUpOnce(WorkerScaleThreeSteps):
 
 class ChecksBeforeEachStep(WorkerScaleThreeSteps):
     """A ``cancel_if`` runs before each of its steps: on PostgreSQL, the transaction that
-    finishes it goes on after the claim (see executor._hand_over), as everywhere else."""
+    finishes it goes on after the claim (see chaining.hand_over), as everywhere else."""
 
     def cancel_if(self) -> bool:
         return False

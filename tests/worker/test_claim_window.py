@@ -17,6 +17,7 @@ import pytest
 from sqlalchemy import Engine, select, text
 from sqlalchemy.orm import Session
 
+from geneva_drive.engine.chaining import handovers_of
 from geneva_drive.engine.executor import RunOptions, claim_and_run
 from geneva_drive.runtime.loaded import claim_scope
 from geneva_drive.storage import queries
@@ -190,14 +191,15 @@ def test_behind_a_full_window_of_paused_rows_the_next_handovers_claim_past_it(
 def test_wide_handovers_run_out(gd, session, clock, db_backend):
     queued = _queued_one_second_apart(session, clock, 3)
 
-    options = RunOptions(worker_id="test", chain=lambda queue: True, wide_handovers=2)
+    options = RunOptions(worker_id="test", chain=lambda queue: True)
+    handovers_of(options).wide = 2
     while claim_and_run(claim_scope(None), options, gd):
         pass
 
     # Three handovers on PostgreSQL: two wide, then a narrow one that finds nothing due; the
     # ordinary claim after it finds nothing either, so nothing widens. Elsewhere there is no
     # handover.
-    assert options.wide_handovers == (0 if db_backend == "postgresql" else 2)
+    assert handovers_of(options).wide == (0 if db_backend == "postgresql" else 2)
     assert [trail(session, workflow) for workflow in queued] == [THREE_DONE] * 3
 
 

@@ -36,13 +36,13 @@ from geneva_drive.core.states import WorkflowState
 from geneva_drive.definition.flow import FlowControl
 from geneva_drive.engine import unit_of_work
 from geneva_drive.engine.body_results import Completed, Interrupted
+from geneva_drive.engine.run_options import RunOptions
 from geneva_drive.storage import queries, serialization
 
 if TYPE_CHECKING:
     from geneva_drive.core.settings import Settings
     from geneva_drive.definition.steps import StepDefinition
     from geneva_drive.definition.workflow import Workflow
-    from geneva_drive.engine.executor import RunOptions
     from geneva_drive.storage.models import StepExecution
 
 

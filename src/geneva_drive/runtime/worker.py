@@ -576,7 +576,7 @@ class Worker:
 
     def _may_chain(self, queue: str) -> bool:
         """Whether to start a next step due now on ``queue`` in the transaction that completes
-        its predecessor, and run it on this thread straight away (see ``executor._complete``)."""
+        its predecessor, and run it on this thread straight away (see ``finalize._complete``)."""
         return not self._should_exit() and (not self.queues or queue in self.queues)
 
     def _count(self, *, eager: bool = False) -> None:

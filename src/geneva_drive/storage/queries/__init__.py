@@ -19,7 +19,7 @@ housekeeping); execution rows are only written by a holder of their workflow's l
 One exception: on PostgreSQL a step's completion in one statement holds its in-progress
 execution ``FOR SHARE`` while it waits for the workflow row (``complete_in_one_statement``).
 So nothing that holds a workflow row may wait for the lock of an execution in progress: a run
-by id locks its execution only while it is scheduled (``executor._lock_both``), and only a
+by id locks its execution only while it is scheduled (``prepare.lock_both``), and only a
 recovery taking the execution from a run waits for it, a deadlock the database settles.
 """
 

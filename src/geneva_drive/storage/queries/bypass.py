@@ -472,7 +472,7 @@ def lock_execution(
     ``only_if``: lock it only while it is in that state; None if it is not (or is gone). On
     PostgreSQL the state the statement's snapshot sees is checked before the lock is asked
     for, so a row already in another state is never waited for (the wait this avoids is
-    described in ``executor._lock_both``).
+    described in ``prepare.lock_both``).
     """
     held = held_locks(session)
     cached = held[1].get(execution_id) if held is not None else None

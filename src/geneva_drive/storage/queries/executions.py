@@ -105,7 +105,7 @@ def complete_in_one_statement(
     database breaks and the executor treats as transient. Only a run whose execution is
     being taken from it can meet one: a duplicate run of the same execution holds the
     workflow row too, but never waits for an execution that is no longer scheduled —
-    ``executor._lock_both``.)
+    ``prepare.lock_both``.)
     """
     workflow_mapper = mapped_class(workflow).__mapper__
     stmt = _complete_stmt(

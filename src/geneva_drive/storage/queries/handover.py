@@ -2,7 +2,7 @@
 PostgreSQL statement.
 
 A worker with a backlog finishes a workflow and at once claims the next due execution in the
-same transaction (``executor._claim_next``): a BEGIN, the completion, the claim, the start and
+same transaction (``chaining.claim_next``): a BEGIN, the completion, the claim, the start and
 a COMMIT, five round trips. When the claimed step is one that phase 1 is certain to start —
 its class needs no hero, and has no ``cancel_if``; the step is defined, not removed, has no
 ``skip_if`` and no signal gate; the row is not a signal timeout's timer — nothing of the
@@ -25,7 +25,7 @@ workflows at the head of the queue, classes this worker has not loaded, rows oth
 are claiming at that moment), it claims nothing, the chain ends, and the worker's next
 claim, an ordinary one, goes past them; when that one finds a row, the executor makes its
 next handovers wide, with every window, as the ordinary claim is, for a while
-(``executor.WIDE_HANDOVERS``) before it tries a narrow one again.
+(``chaining.WIDE_HANDOVERS``) before it tries a narrow one again.
 """
 
 from __future__ import annotations
