@@ -62,6 +62,7 @@ from geneva_drive.runtime.loaded import UnloadedClassReport, claim_scope, requir
 from geneva_drive.runtime.startup import DEFAULT_WAIT_SECONDS, Outages, check_database, is_outage
 from geneva_drive.storage import queries
 from geneva_drive.storage.db import session_factory
+from geneva_drive.storage.dialects import dialect_of
 
 log = logging.getLogger("geneva_drive.worker")
 
@@ -289,7 +290,7 @@ class Worker:
         engine = self.config.require_engine()
         if concurrency is None:
             # SQLite has one writer: more threads would only queue on its lock.
-            concurrency = 1 if engine.dialect.name == "sqlite" else 4
+            concurrency = dialect_of(engine).default_concurrency
         if concurrency < 1:
             raise ValueError(f"Worker(concurrency={concurrency!r}): expected at least 1")
         self.lease = to_timedelta(lease)
@@ -305,7 +306,7 @@ class Worker:
         self.queues = queues or None
         self.concurrency = concurrency
         self.poll_interval = poll_interval
-        self.listen = listen and engine.dialect.name == "postgresql"
+        self.listen = listen and dialect_of(engine).notifies
         self.eager = eager
         self.startup_wait = startup_wait
         # What the step threads claim: set by run() from the classes loaded then, refreshed
@@ -531,7 +532,9 @@ class Worker:
         if is_outage(error):
             self._stopping.wait(self.outages.failed(error, started))
             return
-        log.exception("worker loop error; retrying after a pause")
+        # Not log.exception: the except block that caught ``error`` has ended, and outside one
+        # it would log "NoneType: None" instead of the traceback.
+        log.error("worker loop error; retrying after a pause", exc_info=error)
         self._stopping.wait(self.poll_interval)
 
     # -- what it claims ------------------------------------------------------------------
