@@ -172,7 +172,7 @@ def test_the_claim_filtered_to_the_loaded_classes_keeps_the_dbapi_short_path(gd,
     # One parameter per class name, not an expanding IN (which is rendered per execution and
     # so would send every worker claim through SQLAlchemy's slower path).
     scope = claim_scope(None)
-    stmt = claims._claim_stmt(by_id=False, queued=False, mysql=False, shape=scope.shape)
+    stmt = claims._claim_stmt(by_id=False, queued=False, candidates_first=False, shape=scope.shape)
     core = claims._core_claim(stmt)
     plan = bypass._plan(core, gd.engine.dialect)
     assert plan is not None

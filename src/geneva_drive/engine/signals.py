@@ -49,6 +49,7 @@ from geneva_drive.engine.wakeups import (
     wake_in_statement,
 )
 from geneva_drive.storage import queries, serialization
+from geneva_drive.storage.dialects import dialect_of
 from geneva_drive.storage.models import TIMEOUT_FOR, Signal, StepExecution
 from geneva_drive.storage.queries.bypass import (
     as_inserted,
@@ -171,7 +172,7 @@ def _deliver_in_one_statement(
     disarmed or another execution is active; the slow path then decides as always.
     """
     session = workflow.session
-    if connection_of(session).dialect.name != "postgresql":
+    if not dialect_of(session).combined_writes:
         return None
     waiting = _waiting_for(workflow, name)
     if waiting is None:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import traceback
 from datetime import datetime, timedelta
-from functools import cache
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from sqlalchemy.orm import Session
@@ -32,6 +31,7 @@ from geneva_drive.core.states import (
 from geneva_drive.engine import scheduling, signals
 from geneva_drive.engine.outcomes import ErrorRecord, Next, Plan, Settle, ended_columns
 from geneva_drive.storage import queries
+from geneva_drive.storage.dialects import dialect_named
 from geneva_drive.storage.models import StepExecution
 
 if TYPE_CHECKING:
@@ -355,14 +355,13 @@ class OneStatementCompleter(Completer):
         )
 
 
-@cache
-def _completer(dialect_name: str) -> Completer:
-    return OneStatementCompleter() if dialect_name == "postgresql" else Completer()
+_ONE_STATEMENT, _PORTABLE = OneStatementCompleter(), Completer()
 
 
 def completer_for(dialect: Dialect) -> Completer:
-    """The completion strategy for ``dialect``, chosen once per dialect name."""
-    return _completer(dialect.name)
+    """The completion strategy for SQLAlchemy's ``dialect``: one statement where the
+    database combines writes (data-modifying CTEs), the portable path elsewhere."""
+    return _ONE_STATEMENT if dialect_named(dialect.name).combined_writes else _PORTABLE
 
 
 # -- errors as stored ------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from geneva_drive.core.ports import EnqueuedStep
 from geneva_drive.core.settings import settings
 from geneva_drive.engine.wakeups import DUE_NOW_MARGIN
 from geneva_drive.storage import queries
+from geneva_drive.storage.dialects import dialect_of
 
 # The database worker routes by these two columns; the inline backend accepts the same, so a
 # test suite on it refuses what a production worker would silently ignore.
@@ -90,7 +91,7 @@ class DatabaseBackend:
         # own transaction NOTIFY inside it instead: ``starting.wake_with_commit``.)
         config = settings()
         engine = config.engine
-        if engine is None or engine.dialect.name != "postgresql":
+        if engine is None or not dialect_of(engine).notifies:
             return
         if step.scheduled_for > config.clock.now() + DUE_NOW_MARGIN:
             return  # idle workers already sleep until the next due time

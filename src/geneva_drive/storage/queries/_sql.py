@@ -102,14 +102,6 @@ def is_transient(error: BaseException) -> bool:
     return "database is locked" in str(orig)
 
 
-def is_mysql(session: Session) -> bool:
-    return session.get_bind().dialect.name in ("mysql", "mariadb")
-
-
-def is_postgresql(session: Session) -> bool:
-    return session.get_bind().dialect.name == "postgresql"
-
-
 @functools.lru_cache(maxsize=64)
 def text_array(names: tuple[str, ...]) -> str:
     """``names`` as PostgreSQL's text form of an array, ``{"a","b"}``, bound as one string

@@ -61,6 +61,7 @@ from sqlalchemy.exc import DBAPIError, InvalidRequestError
 from sqlalchemy.orm import Session, make_transient_to_detached
 from sqlalchemy.orm.attributes import instance_state, set_committed_value
 
+from geneva_drive.storage.dialects import dialect_of
 from geneva_drive.storage.models import StepExecution, WorkflowColumns
 from geneva_drive.storage.queries._sql import workflow_model
 
@@ -579,7 +580,7 @@ def begin_on_held_connection(session: Session) -> None:
     their first statement). Not on SQLite: there a transaction begins with ``BEGIN
     IMMEDIATE``, which would hold the database's write lock for the whole of the body."""
     held: Connection | None = session.info.get(_HELD_CONNECTION)
-    if held is not None and held.dialect.name != "sqlite" and not session.in_transaction():
+    if held is not None and not dialect_of(held).single_writer and not session.in_transaction():
         connection_of(session)
 
 

@@ -25,13 +25,12 @@ from sqlalchemy import (
 from sqlalchemy.orm import Session
 
 from geneva_drive.core.states import ExecutionState, WorkflowState
+from geneva_drive.storage.dialects import dialect_of
 from geneva_drive.storage.models import StepExecution, WorkflowColumns
 from geneva_drive.storage.queries._sql import (
     after_key,
     as_array,
     in_state,
-    is_mysql,
-    is_postgresql,
     keyset,
     text_array,
     workflow_model,
@@ -163,14 +162,18 @@ def _claim(
     queued = bool(scope.queues)
     if queued:
         params["queues"] = list(scope.queues)
-    if execution_id is None and is_postgresql(session):
+    dialect = dialect_of(session)
+    if execution_id is None and dialect.windowed_claim:
         # The due rows in claim order, tried one by one (see first_in_order).
         return _claim_locked(session, _windowed_core_claim(queued, scope.shape), params)
-    mysql = is_mysql(session)
+    candidates_first = dialect.claims_candidates_then_locks
     stmt = _claim_stmt(
-        by_id=execution_id is not None, queued=queued, mysql=mysql, shape=scope.shape
+        by_id=execution_id is not None,
+        queued=queued,
+        candidates_first=candidates_first,
+        shape=scope.shape,
     )
-    if mysql:
+    if candidates_first:
         # No FOR UPDATE OF on MariaDB: candidates without locks, then their workflow rows one
         # by one (see the helper).
         candidates = session.execute(stmt, params).all()
@@ -180,7 +183,7 @@ def _claim(
 
 @functools.lru_cache(maxsize=32)
 def _claim_stmt(
-    *, by_id: bool, queued: bool, mysql: bool, shape: Shape = None, row: Any = None
+    *, by_id: bool, queued: bool, candidates_first: bool, shape: Shape = None, row: Any = None
 ) -> Any:
     """The claim, built once per shape (its compiled form is then cached by SQLAlchemy).
 
@@ -217,7 +220,7 @@ def _claim_stmt(
         stmt = stmt.where(StepExecution.queue.in_(bindparam("queues", expanding=True)))
     if shape is not None:
         stmt = stmt.where(_loaded_classes_only(wf, shape))
-    if mysql:
+    if candidates_first:  # read without locks (MySQL/MariaDB have no FOR UPDATE OF)
         return stmt if by_id else stmt.limit(MYSQL_CLAIM_CANDIDATES)
     if not by_id and row is None:
         stmt = stmt.limit(1)
@@ -412,7 +415,9 @@ def _windowed_core_claim(queued: bool, shape: Shape) -> Any:
     """:func:`_core_claim` of the claim of any due row, through :func:`first_in_order`."""
 
     def claim_of(row: Any) -> Any:
-        claim = _claim_stmt(by_id=False, queued=queued, mysql=False, shape=shape, row=row)
+        claim = _claim_stmt(
+            by_id=False, queued=queued, candidates_first=False, shape=shape, row=row
+        )
         return _core_claim(claim)
 
     return first_in_order(claim_of, queued=queued, due=True)
@@ -525,7 +530,7 @@ def next_claimable_due_time(
     stmt = _next_due_stmt(
         queued=bool(scope.queues),
         shape=scope.shape,
-        windowed=is_postgresql(session),
+        windowed=dialect_of(session).windowed_claim,
     )
     params: dict[str, Any] = dict(scope.params)
     if scope.queues:

@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import instance_state, set_committed_value
 
 from geneva_drive.core.states import ExecutionState, Outcome
+from geneva_drive.storage.dialects import dialect_of
 from geneva_drive.storage.models import StepExecution, WorkflowColumns
 from geneva_drive.storage.queries._sql import SWEEPABLE, in_state, mapped_class, workflow_model
 from geneva_drive.storage.queries.bypass import (
@@ -50,7 +51,7 @@ def start_both(
     """
     connection = connection_of(session)
     if (
-        connection.dialect.name != "postgresql"
+        not dialect_of(connection).combined_writes
         or instance_state(execution).modified
         or instance_state(workflow).modified
     ):

@@ -225,7 +225,7 @@ def _statement(
 
     def claim_of(row: Any) -> Any:
         # The worker's own claim, on the condition that the completion was written.
-        claim = _claim_stmt(by_id=False, queued=queued, mysql=False, row=row)
+        claim = _claim_stmt(by_id=False, queued=queued, candidates_first=False, row=row)
         claim = claim.where(select(e.c.id).exists())
         if loaded_only:
             claim = claim.where(loaded_classes_in_arrays(workflows.c))

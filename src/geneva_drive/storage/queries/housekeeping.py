@@ -19,8 +19,9 @@ from geneva_drive.core.states import (
     ExecutionState,
     WorkflowState,
 )
+from geneva_drive.storage.dialects import dialect_of
 from geneva_drive.storage.models import Signal, StepExecution
-from geneva_drive.storage.queries._sql import after_key, in_state, is_mysql, keyset, workflow_model
+from geneva_drive.storage.queries._sql import after_key, in_state, keyset, workflow_model
 
 if TYPE_CHECKING:
     pass
@@ -108,10 +109,10 @@ def _delete_batch(session: Session, table: Any, ids: Any) -> int:
     the table per batch, even when nothing is old.
     """
     batch = ids.subquery("batch")
-    if is_mysql(session):
-        stmt = delete(table).where(table.c.id == batch.c.id)
-    else:
+    if dialect_of(session).deletes_by_semi_join:
         stmt = delete(table).where(table.c.id.in_(select(batch.c.id)))
+    else:
+        stmt = delete(table).where(table.c.id == batch.c.id)
     result = session.execute(stmt, execution_options={"synchronize_session": False})
     return int(getattr(result, "rowcount", 0) or 0)
 

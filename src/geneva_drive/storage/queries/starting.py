@@ -14,7 +14,8 @@ caller's transaction usable and say so per workflow, without a savepoint's two r
 - MySQL/MariaDB: a plain INSERT; InnoDB rolls back only the failing statement on a duplicate
   key (error 1062), so the transaction stays as it was.
 
-One strategy per dialect, chosen once (:func:`starter_for`); callers never ask the dialect.
+One strategy per kind of database, chosen once from what its dialect can do
+(:func:`starter_for`); callers never ask which database it is.
 """
 
 from __future__ import annotations
@@ -25,10 +26,11 @@ from typing import Any
 
 from sqlalchemy import Connection, String, bindparam, cast, func, insert, select, true, tuple_
 from sqlalchemy import inspect as sa_inspect
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.exc import IntegrityError
 
 from geneva_drive.core.states import WorkflowState
+from geneva_drive.storage.dialects import Dialect, dialect_of
 from geneva_drive.storage.models import StepExecution
 from geneva_drive.storage.queries._sql import workflow_model
 from geneva_drive.storage.queries.bypass import execute_direct
@@ -115,7 +117,7 @@ class Starter:
         return workflow_id, _insert_execution(connection, {**first, "workflow_id": workflow_id})
 
     def insert_workflow(self, connection: Connection, workflow: dict[str, Any]) -> int | None:
-        row = execute_direct(connection, _workflow_insert(connection.dialect.name), workflow)
+        row = execute_direct(connection, _workflow_insert(dialect_of(connection)), workflow)
         return None if row is None else int(row[0])
 
     def start_many(
@@ -151,7 +153,7 @@ class Starter:
     def _insert_chunk(
         self, connection: Connection, chunk: Sequence[dict[str, Any]]
     ) -> list[tuple[int, Hero]]:
-        result = connection.execute(_returning_heroes(connection.dialect.name), list(chunk))
+        result = connection.execute(_returning_heroes(dialect_of(connection)), list(chunk))
         return [(int(id_), (hero_type, hero_id)) for id_, hero_type, hero_id in result]
 
     def _one_by_one(
@@ -176,7 +178,7 @@ class MySQLStarter(Starter):
         try:
             if connection.dialect.insert_returning:
                 return super().insert_workflow(connection, workflow)
-            result = connection.execute(_workflow_insert_base(connection.dialect.name), workflow)
+            result = connection.execute(_workflow_insert_base(dialect_of(connection)), workflow)
         except IntegrityError as error:
             if _is_duplicate_key(error):
                 return None
@@ -257,17 +259,17 @@ def _is_duplicate_key(error: IntegrityError) -> bool:
 
 
 @functools.cache
-def _starter(dialect_name: str) -> Starter:
-    if dialect_name == "postgresql":
+def _starter(dialect: Dialect) -> Starter:
+    if dialect.combined_writes:
         return PostgresStarter()
-    if dialect_name in ("mysql", "mariadb"):
+    if not dialect.skips_conflicting_inserts:
         return MySQLStarter()
     return Starter()
 
 
 def starter_for(connection: Connection) -> Starter:
-    """The insert strategy for the connection's dialect, chosen once per dialect name."""
-    return _starter(connection.dialect.name)
+    """The insert strategy for the connection's dialect, chosen once per dialect."""
+    return _starter(dialect_of(connection))
 
 
 def ongoing_heroes(connection: Connection, rows: Sequence[dict[str, Any]]) -> dict[Hero, int]:
@@ -327,27 +329,24 @@ def _bound(mapped: Any, keys: tuple[str, ...], prefix: str = "") -> dict[Any, An
 
 
 @functools.cache
-def _workflow_insert_base(dialect_name: str) -> Any:
-    """The workflow INSERT without RETURNING (built once per dialect: SQLAlchemy then
-    reuses its compiled form)."""
+def _workflow_insert_base(dialect: Dialect) -> Any:
+    """The workflow INSERT without RETURNING, skipping a row the unique index refuses where
+    the database can (built once per dialect: SQLAlchemy then reuses its compiled form)."""
     table: Any = workflow_model().__table__
-    values = _bound(workflow_model(), _workflow_keys())
-    if dialect_name == "postgresql":
-        return postgresql.insert(table).values(values).on_conflict_do_nothing()
-    if dialect_name == "sqlite":
-        return sqlite.insert(table).values(values).on_conflict_do_nothing()
-    return insert(table).values(values)
+    return dialect.insert_skipping_conflicts(table).values(
+        _bound(workflow_model(), _workflow_keys())
+    )
 
 
 @functools.cache
-def _workflow_insert(dialect_name: str) -> Any:
+def _workflow_insert(dialect: Dialect) -> Any:
     # MariaDB takes RETURNING; MySQL 8 does not (MySQLStarter checks insert_returning).
-    return _workflow_insert_base(dialect_name).returning(_hero_columns()[0])
+    return _workflow_insert_base(dialect).returning(_hero_columns()[0])
 
 
 @functools.cache
-def _returning_heroes(dialect_name: str) -> Any:
-    return _workflow_insert_base(dialect_name).returning(*_hero_columns())
+def _returning_heroes(dialect: Dialect) -> Any:
+    return _workflow_insert_base(dialect).returning(*_hero_columns())
 
 
 @functools.cache

@@ -1,0 +1,83 @@
+"""The interface every database's module implements, with the portable behaviour as defaults."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import sqlalchemy
+from sqlalchemy import Connection, Engine, Insert, Table, insert
+from sqlalchemy.orm import Session
+
+
+class Dialect:
+    """What one database can do, and the parts of geneva-drive that differ on it.
+
+    The flags say which statements the query layer writes for this database; each names the
+    feature it stands for, so a caller reads "can it" rather than "is it PostgreSQL".
+    """
+
+    names: ClassVar[tuple[str, ...]] = ()
+
+    # LISTEN/NOTIFY: starts, signals and finished steps wake idle workers at once, inside the
+    # writing transaction; elsewhere idle workers poll.
+    notifies: ClassVar[bool] = False
+    # Data-modifying CTEs: a step starts, completes (and the next one is claimed) and a signal
+    # is delivered in one statement each, and a workflow is inserted with its first
+    # execution and its wake-up in one.
+    combined_writes: ClassVar[bool] = False
+    # ``FOR UPDATE OF <workflow> SKIP LOCKED`` over small windows of due rows, in claim order.
+    windowed_claim: ClassVar[bool] = False
+    # No ``FOR UPDATE OF``: a claim reads a few due rows without locks, then locks their
+    # workflow rows one by one with ``SKIP LOCKED``.
+    claims_candidates_then_locks: ClassVar[bool] = False
+    # ``INSERT … ON CONFLICT DO NOTHING``: a row the unique index refuses is skipped, not an
+    # error that undoes the statement.
+    skips_conflicting_inserts: ClassVar[bool] = True
+    # A DELETE with an ``IN (sub-query)`` is run as a semi-join; else it is written as a join.
+    deletes_by_semi_join: ClassVar[bool] = True
+    # One writer at a time for the whole database (no row locks): geneva-drive's transactions
+    # take the write lock when they begin.
+    single_writer: ClassVar[bool] = False
+    # Step threads a worker runs when not told: one writer gains nothing from more.
+    default_concurrency: ClassVar[int] = 4
+
+    def create_engine(self, url: sqlalchemy.URL, **kwargs: Any) -> Engine:
+        """``sqlalchemy.create_engine`` with what this database needs set on ``url``."""
+        return sqlalchemy.create_engine(url, **kwargs)
+
+    def prepare(self, engine: Engine) -> Engine:
+        """Make an application's engine safe for concurrent workflows. Idempotent."""
+        return engine
+
+    def immediate_transactions(self, engine: Engine) -> Engine:
+        """``engine`` with transactions that hold the write lock from their start (a database
+        with a single writer), else ``engine`` itself."""
+        return engine
+
+    def for_workers(self, engine: Engine) -> Engine:
+        """The engine geneva-drive's own sessions use."""
+        return engine
+
+    def take_write_lock(self, session: Session) -> None:
+        """Make ``session``'s transaction hold the lock its next writes need (single writer)."""
+
+    def insert_skipping_conflicts(self, table: Table) -> Insert:
+        """An INSERT into ``table`` that skips rows its unique indexes refuse, where the
+        database can say so (see ``skips_conflicting_inserts``)."""
+        return insert(table)
+
+    def try_housekeeping_lock(self, connection: Connection) -> bool:
+        """Take the cluster-wide housekeeping lock on ``connection`` if free; never waits.
+        Released by :meth:`release_housekeeping_lock` or when the connection closes."""
+        return True
+
+    def release_housekeeping_lock(self, connection: Connection) -> None:
+        pass
+
+    def notify(self, connection: Connection, channel: str, payload: str) -> None:
+        """Wake listeners of ``channel`` when ``connection``'s transaction commits."""
+        raise NotImplementedError(f"{type(self).__name__} has no NOTIFY")
+
+    def listen_statement(self, channel: str) -> str:
+        """What a worker's dedicated connection runs to receive :meth:`notify`."""
+        raise NotImplementedError(f"{type(self).__name__} has no LISTEN")
