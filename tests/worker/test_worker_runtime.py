@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from datetime import timedelta
@@ -305,3 +306,24 @@ def test_a_process_wide_shutdown_request_stops_the_worker_and_its_resumable_step
         ("walk", "completed", "continued"),  # stopped at the checkpoint after item 1
         ("walk", "scheduled", None),  # the successor, left for the next worker
     ]
+
+
+def test_a_failing_claim_loop_logs_the_error_with_its_traceback(gd, session, monkeypatch, caplog):
+    # A bug in the claim loop (not a lost database): the worker pauses and tries again, and
+    # the operator must see why. log.exception after the except block had ended logged
+    # "NoneType: None" instead.
+    failures = []
+
+    def broken_once(*args, **kwargs):
+        if not failures:
+            failures.append(RuntimeError("claim query broke"))
+            raise failures[0]
+        return claim_and_run(*args, **kwargs)  # then idle: nothing is due
+
+    monkeypatch.setattr("geneva_drive.runtime.worker.claim_and_run", broken_once)
+    worker = Worker(config=gd, concurrency=1, poll_interval=0.05, listen=False)
+    with caplog.at_level(logging.ERROR, logger="geneva_drive.worker"):
+        worker.run(until=lambda: bool(failures), install_signals=False)
+
+    [record] = [r for r in caplog.records if r.getMessage().startswith("worker loop error")]
+    assert record.exc_info is not None and record.exc_info[1] is failures[0]
