@@ -9,7 +9,7 @@ import pytest
 
 from geneva_drive import ExceptionPolicy, Workflow, resumable_step, step
 from geneva_drive.definition.steps import SignalMatcher
-from geneva_drive.engine.signals import fully_resolved
+from geneva_drive.engine.writer import fully_resolved
 from geneva_drive.testing import (
     assert_signal_state,
     assert_waiting_for_signal,

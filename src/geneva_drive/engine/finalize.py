@@ -19,7 +19,7 @@ from geneva_drive.core.settings import Settings
 from geneva_drive.core.states import ExecutionState, WorkflowState, check_step_transition
 from geneva_drive.definition.flow import Action, FlowControl
 from geneva_drive.definition.workflow import as_workflow
-from geneva_drive.engine import chaining, outcomes, signals, writer
+from geneva_drive.engine import chaining, outcomes, writer
 from geneva_drive.engine.body_results import Completed, Failed, Interrupted
 from geneva_drive.engine.prepare import Prepared
 from geneva_drive.engine.recovery import recover_execution
@@ -267,7 +267,7 @@ def _complete(
         )
         session.rollback()
         return True, None
-    signals.record_clean_resolution(session, execution)
+    writer.record_clean_resolution(session, execution)
     chained = None
     if created is not None and after.step is not None:
         chained = chaining.hand_on(session, workflow, created, after, options, now)

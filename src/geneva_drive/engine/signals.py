@@ -22,7 +22,6 @@ after which a late signal is simply buffered. The stray sweep cancels both rows 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -34,10 +33,8 @@ from geneva_drive.core.errors import SignalPayloadTooLargeError, WorkflowNotOngo
 from geneva_drive.core.ports import EnqueuedStep
 from geneva_drive.core.settings import settings_of
 from geneva_drive.core.states import (
-    ACTIVE_EXECUTION_STATES,
     ONGOING_WORKFLOW_STATES,
     ExecutionState,
-    Outcome,
     WorkflowState,
 )
 from geneva_drive.definition.steps import SignalMatcher
@@ -65,7 +62,6 @@ if TYPE_CHECKING:
     from geneva_drive.definition.steps import StepDefinition
     from geneva_drive.definition.workflow import Workflow
 
-PENDING, CLAIMED, CONSUMED = "pending", "claimed", "consumed"
 _MAX_STRING = 255  # name and idempotency_key columns
 
 
@@ -125,7 +121,7 @@ def deliver_signal(
             workflow_id=workflow.id,
             name=name,
             idempotency_key=key,
-            state=PENDING,
+            state=writer.PENDING,
             claimed=0,
             consumed=0,
             payload_json=encoded,
@@ -263,7 +259,7 @@ def _inserted_signal(
         "workflow_id": workflow.id,
         "name": name,
         "idempotency_key": key,
-        "state": CLAIMED if claimed else PENDING,
+        "state": writer.CLAIMED if claimed else writer.PENDING,
         "payload_json": encoded,
         "claimed_at": now if claimed else None,
         "consumed_at": None,
@@ -311,8 +307,8 @@ def wake_matching(session: Session, workflow: Workflow, signal: Signal) -> list[
         if not _matches(session, step_def, signal, workflow):
             continue
         # The timer leaves the one-active index before the parked row enters it.
-        cancel_timeout(session, execution, now)
-        claim(signal, now)
+        writer.cancel_timeout(session, execution, now)
+        writer.claim_signal(signal, now)
         writer.wake(execution, signal.id, now)
         session.flush()
         woken.append((execution, step_def))
@@ -331,61 +327,6 @@ def wake_matching(session: Session, workflow: Workflow, signal: Signal) -> list[
 # -- lifecycle -------------------------------------------------------------------------------
 
 
-def claim(signal: Signal, now: datetime) -> None:
-    """One more execution attached; the first claim flips ``pending → claimed``."""
-    signal.claimed = (signal.claimed or 0) + 1
-    if signal.state == PENDING:
-        signal.state = CLAIMED
-        signal.claimed_at = now
-
-
-def record_clean_resolution(
-    session: Session, execution: StepExecution, resolved_step_names: Sequence[str] = ()
-) -> None:
-    """One attached chain ended cleanly; consume the signal once every chain has."""
-    if execution.signal_id is None:
-        return
-    signal = session.get(Signal, execution.signal_id, populate_existing=True)
-    if signal is None:
-        return
-    signal.consumed = (signal.consumed or 0) + 1
-    if signal.state == CLAIMED and fully_resolved(session, signal, resolved_step_names):
-        signal.state = CONSUMED
-        signal.consumed_at = settings_of(session).clock.now()
-
-
-def fully_resolved(
-    session: Session, signal: Signal, resolved_step_names: Sequence[str] = ()
-) -> bool:
-    """Every chain attached to ``signal`` ended, and each step's newest row succeeded or skipped.
-
-    Executions of ``resolved_step_names`` are ignored (a skip decision resolves its step). No
-    attached execution at all counts as resolved.
-    """
-    session.flush()
-    attached = queries.executions_attached_to(session, signal.id)
-    newest: dict[str, StepExecution] = {}
-    for execution in attached:
-        if execution.step_name in resolved_step_names:
-            continue
-        if execution.state in ACTIVE_EXECUTION_STATES:
-            return False
-        newest[execution.step_name] = execution
-    return all(e.outcome in (Outcome.SUCCESS, Outcome.SKIPPED) for e in newest.values())
-
-
-def settle_signal_for_skipped(session: Session, execution: StepExecution) -> None:
-    """A deliberately skipped execution settles its claimed signal (a skip is a decision).
-
-    An execution that never attached settles nothing: buffered signals stay pending.
-    """
-    if execution.signal_id is None:
-        return
-    signal = session.get(Signal, execution.signal_id, populate_existing=True)
-    if signal is not None and signal.state == CLAIMED:
-        record_clean_resolution(session, execution, [execution.step_name])
-
-
 def settle_for_skipped_paused(session: Session, workflow: Workflow) -> None:
     """Operator skip on a paused workflow: settle the signal of the step being skipped."""
     if workflow.next_step_name is None:
@@ -393,7 +334,7 @@ def settle_for_skipped_paused(session: Session, workflow: Workflow) -> None:
     executions = queries.executions_of_step(session, workflow.id, workflow.next_step_name)
     attached = [e for e in executions if e.signal_id is not None]
     if attached:
-        settle_signal_for_skipped(session, attached[-1])
+        writer.settle_signal_for_skipped(session, attached[-1])
 
 
 # -- the gate (receiver side) ----------------------------------------------------------------
@@ -411,7 +352,7 @@ def gate(
             return pinned
     for candidate in queries.unconsumed_signals(session, workflow.id):
         if _matches(session, step_def, candidate, workflow):
-            claim(candidate, now)
+            writer.claim_signal(candidate, now)
             execution.signal_id = candidate.id
             return candidate
     deadline = now + step_def.timeout if step_def.timeout is not None else None
@@ -438,7 +379,7 @@ def rendezvous(session: Session, workflow: Workflow, execution: StepExecution) -
             return
     # Still parked. A timer that came due while the workflow was paused was left alone by
     # the executor; hand it to the backend again so it fires now (or when due).
-    timer = _timer_of(session, execution)
+    timer = writer.armed_timer_of(session, execution)
     if timer is not None:
         _enqueue(session, workflow, timer, step_def)
 
@@ -477,24 +418,6 @@ def _enqueue(
 ) -> None:
     options = workflow.merged_job_options(step_def)
     enqueue_after_commit(session, enqueued_step(workflow, execution, options))
-
-
-def _timer_of(session: Session, parked: StepExecution) -> StepExecution | None:
-    timer_id = parked.read_metadata(TIMER_KEY)
-    if timer_id is None:
-        return None
-    timer = queries.lock_execution(session, int(timer_id))
-    if timer is None or timer.state != ExecutionState.SCHEDULED:
-        return None
-    return timer
-
-
-def cancel_timeout(session: Session, parked: StepExecution, now: datetime) -> None:
-    """The parked execution is leaving ``waiting``: its timer will not be needed (lock held)."""
-    timer = _timer_of(session, parked)
-    if timer is not None:
-        writer.end(timer, outcomes.for_disarmed_timer(), now)
-        session.flush()
 
 
 def fire_timeout(session: Session, workflow: Workflow, timer: StepExecution, now: datetime) -> None:

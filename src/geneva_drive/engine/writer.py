@@ -1,9 +1,10 @@
-"""The one writer of execution and workflow state: it applies the plans of ``outcomes``.
+"""The one writer of execution, workflow and signal state: it applies the plans of ``outcomes``.
 
-Every change of an execution's or a workflow's ``state`` goes through here — ending an
-execution by a :class:`~geneva_drive.outcomes.Plan`, starting, parking and waking one, moving a
-workflow — each checked against the transition tables in ``states``. Callers hold the workflow
-row lock (see ``queries``); this module takes no locks of its own.
+Every change of an execution's, a workflow's or an attached signal's ``state`` goes through
+here — ending an execution by a :class:`~geneva_drive.outcomes.Plan`, starting, parking and
+waking one, moving a workflow, claiming and consuming a signal, disarming a timer — each
+execution and workflow change checked against the transition tables in ``states``.
+Callers hold the workflow row lock (see ``queries``); this module takes no locks of its own.
 
 Two implementations sit behind the completion of a plain successful step, the hottest write
 of all (:class:`Completer`): the portable one (two guarded UPDATEs and an INSERT) and
@@ -15,24 +16,36 @@ from __future__ import annotations
 
 import dataclasses
 import traceback
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from sqlalchemy.orm import Session
 
 from geneva_drive.core.errors import StepNotDefinedError
+from geneva_drive.core.settings import settings_of
 from geneva_drive.core.states import (
+    ACTIVE_EXECUTION_STATES,
     STAMPED_WORKFLOW_STATES,
     ExecutionState,
+    Outcome,
     WorkflowState,
     check_step_transition,
     check_workflow_transition,
 )
-from geneva_drive.engine import scheduling, signals
-from geneva_drive.engine.outcomes import ErrorRecord, Next, Plan, Settle, ended_columns
+from geneva_drive.engine import scheduling
+from geneva_drive.engine.outcomes import (
+    ErrorRecord,
+    Next,
+    Plan,
+    Settle,
+    ended_columns,
+    for_disarmed_timer,
+)
 from geneva_drive.storage import queries
 from geneva_drive.storage.dialects import dialect_named
-from geneva_drive.storage.models import StepExecution
+from geneva_drive.storage.models import Signal, StepExecution
+from geneva_drive.storage.queries.signals import TIMER_KEY
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Dialect
@@ -185,12 +198,12 @@ def apply(
     before anything new is inserted, so the one-active index always admits the next row.
     """
     if execution.state == ExecutionState.WAITING:
-        signals.cancel_timeout(session, execution, now)  # its timer goes with it
+        cancel_timeout(session, execution, now)  # its timer goes with it
     end(execution, plan, now, error=error)
     if plan.settle is Settle.CONSUME:
-        signals.record_clean_resolution(session, execution)
+        record_clean_resolution(session, execution)
     elif plan.settle is Settle.SKIPPED:
-        signals.settle_signal_for_skipped(session, execution)
+        settle_signal_for_skipped(session, execution)
     if plan.workflow is not None:
         move(workflow, plan.workflow, now, guarded=guarded)
     workflow.current_step_name = None
@@ -362,6 +375,84 @@ def completer_for(dialect: Dialect) -> Completer:
     """The completion strategy for SQLAlchemy's ``dialect``: one statement where the
     database combines writes (data-modifying CTEs), the portable path elsewhere."""
     return _ONE_STATEMENT if dialect_named(dialect.name).combined_writes else _PORTABLE
+
+
+# -- signals: how an attached signal settles -------------------------------------------------
+
+PENDING, CLAIMED, CONSUMED = "pending", "claimed", "consumed"
+
+
+def claim_signal(signal: Signal, now: datetime) -> None:
+    """One more execution attached; the first claim flips ``pending → claimed``."""
+    signal.claimed = (signal.claimed or 0) + 1
+    if signal.state == PENDING:
+        signal.state = CLAIMED
+        signal.claimed_at = now
+
+
+def record_clean_resolution(
+    session: Session, execution: StepExecution, resolved_step_names: Sequence[str] = ()
+) -> None:
+    """One attached chain ended cleanly; consume the signal once every chain has."""
+    if execution.signal_id is None:
+        return
+    signal = session.get(Signal, execution.signal_id, populate_existing=True)
+    if signal is None:
+        return
+    signal.consumed = (signal.consumed or 0) + 1
+    if signal.state == CLAIMED and fully_resolved(session, signal, resolved_step_names):
+        signal.state = CONSUMED
+        signal.consumed_at = settings_of(session).clock.now()
+
+
+def fully_resolved(
+    session: Session, signal: Signal, resolved_step_names: Sequence[str] = ()
+) -> bool:
+    """Every chain attached to ``signal`` ended, and each step's newest row succeeded or skipped.
+
+    Executions of ``resolved_step_names`` are ignored (a skip decision resolves its step). No
+    attached execution at all counts as resolved.
+    """
+    session.flush()
+    attached = queries.executions_attached_to(session, signal.id)
+    newest: dict[str, StepExecution] = {}
+    for execution in attached:
+        if execution.step_name in resolved_step_names:
+            continue
+        if execution.state in ACTIVE_EXECUTION_STATES:
+            return False
+        newest[execution.step_name] = execution
+    return all(e.outcome in (Outcome.SUCCESS, Outcome.SKIPPED) for e in newest.values())
+
+
+def settle_signal_for_skipped(session: Session, execution: StepExecution) -> None:
+    """A deliberately skipped execution settles its claimed signal (a skip is a decision).
+
+    An execution that never attached settles nothing: buffered signals stay pending.
+    """
+    if execution.signal_id is None:
+        return
+    signal = session.get(Signal, execution.signal_id, populate_existing=True)
+    if signal is not None and signal.state == CLAIMED:
+        record_clean_resolution(session, execution, [execution.step_name])
+
+
+def armed_timer_of(session: Session, parked: StepExecution) -> StepExecution | None:
+    timer_id = parked.read_metadata(TIMER_KEY)
+    if timer_id is None:
+        return None
+    timer = queries.lock_execution(session, int(timer_id))
+    if timer is None or timer.state != ExecutionState.SCHEDULED:
+        return None
+    return timer
+
+
+def cancel_timeout(session: Session, parked: StepExecution, now: datetime) -> None:
+    """The parked execution is leaving ``waiting``: its timer will not be needed (lock held)."""
+    timer = armed_timer_of(session, parked)
+    if timer is not None:
+        end(timer, for_disarmed_timer(), now)
+        session.flush()
 
 
 # -- errors as stored ------------------------------------------------------------------------
