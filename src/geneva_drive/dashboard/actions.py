@@ -20,7 +20,7 @@ from starlette.routing import BaseRoute, Route
 
 from geneva_drive import admin
 from geneva_drive.admin import AdminInputError, AdminNotFound, AdminRefused, WorkflowFilter
-from geneva_drive.dashboard.app import Dashboard, cookie_path, set_cookie, set_flash
+from geneva_drive.dashboard.context import Dashboard, cookie_path, set_cookie, set_flash
 from geneva_drive.dashboard.forms import FilterForm, first, parse_body
 from geneva_drive.dashboard.pages import BULK_ACTIONS
 from geneva_drive.dashboard.security import AUTH_COOKIE, CSRF_FIELD, csrf_ok

@@ -19,7 +19,7 @@ from starlette.routing import BaseRoute, Route
 from geneva_drive import admin
 from geneva_drive.admin import AdminInputError, AdminNotFound, WorkflowFilter
 from geneva_drive.core.states import WorkflowState
-from geneva_drive.dashboard.app import Dashboard
+from geneva_drive.dashboard.context import Dashboard
 from geneva_drive.dashboard.forms import STATES, FilterForm
 from geneva_drive.dashboard.sparkline import sparkline
 
