@@ -9,7 +9,6 @@ from typing import Any
 
 from geneva_drive.core.errors import StepConfigurationError
 from geneva_drive.core.ports import accepted_job_options
-from geneva_drive.core.settings import settings
 from geneva_drive.definition.steps import validate_job_options
 
 
@@ -42,11 +41,12 @@ def job_option_problem(
     )
 
 
-def checked_step_job_options(cls: type[Any], options: Any) -> dict[str, Any] | None:
-    """``step_job_options`` as stored, or a ``StepConfigurationError`` naming the class."""
+def checked_step_job_options(cls: type[Any], options: Any, backend: Any) -> dict[str, Any] | None:
+    """``step_job_options`` as stored, or a ``StepConfigurationError`` naming the class;
+    ``backend``: the one that will receive the steps (the session's settings')."""
     label = f"{cls.__name__}.step_job_options"
     validated = validate_job_options(options or None, label)
-    problem = job_option_problem(settings().backend, validated or ())
+    problem = job_option_problem(backend, validated or ())
     if problem is not None:
         raise StepConfigurationError(f"{label}: {problem}")
     return validated or None

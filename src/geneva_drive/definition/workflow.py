@@ -24,6 +24,7 @@ from geneva_drive.core.errors import (
     StepNotDefinedError,
 )
 from geneva_drive.core.events import workflow_logger
+from geneva_drive.core.settings import settings_of
 from geneva_drive.core.states import ExecutionState, Outcome, WorkflowState
 from geneva_drive.definition.callables import is_async, signature_problem
 from geneva_drive.definition.flow import Action, FlowControl
@@ -266,7 +267,10 @@ class Workflow(WorkflowColumns, Base):
 
     @step_job_options.setter
     def step_job_options(self, options: dict[str, Any] | None) -> None:
-        self.write_metadata("step_job_options", checked_step_job_options(type(self), options))
+        backend = settings_of(self.session).backend
+        self.write_metadata(
+            "step_job_options", checked_step_job_options(type(self), options, backend)
+        )
 
     def merged_job_options(self, step_def: StepDefinition) -> dict[str, Any]:
         """Class options, then this instance's, then the step's: later wins."""

@@ -32,10 +32,11 @@ from sqlalchemy.orm import InstanceState, Session, configure_mappers, object_ses
 
 from geneva_drive.core.errors import StepConfigurationError, WorkflowAlreadyOngoing
 from geneva_drive.core.ports import EnqueuedStep
-from geneva_drive.core.settings import settings, settings_of
+from geneva_drive.core.settings import settings_of
 from geneva_drive.core.states import ExecutionState, WorkflowState
 from geneva_drive.definition.job_options import checked_step_job_options
 from geneva_drive.definition.ports import StartResult
+from geneva_drive.definition.workflow import Workflow, check_job_options
 from geneva_drive.engine import writer
 from geneva_drive.engine.wakeups import enqueue_after_commit, note_woken, wake_for_start
 from geneva_drive.storage import queries, serialization
@@ -46,7 +47,6 @@ from geneva_drive.storage.queries.starting import ongoing_heroes as _ongoing_her
 
 if TYPE_CHECKING:
     from geneva_drive.definition.steps import StepDefinition
-    from geneva_drive.definition.workflow import Workflow
 
 W = TypeVar("W", bound="Workflow")
 log = logging.getLogger("geneva_drive")
@@ -134,10 +134,15 @@ def create(
 ) -> W:
     """``Workflow.create``: everything checked first, then one INSERT per row (PostgreSQL:
     one statement), the wake-up queued with the caller's commit."""
-    _check_creatable(cls)
+    _check_creatable(cls, session)
     hero_type, hero_id = hero_key(cls, session, hero)
-    options = checked_step_job_options(cls, step_job_options) if step_job_options else None
-    now = settings_of(session).clock.now()
+    config = settings_of(session)
+    options = (
+        checked_step_job_options(cls, step_job_options, config.backend)
+        if step_job_options
+        else None
+    )
+    now = config.clock.now()
     start = plan_start(cls, now, allow_multiple=allow_multiple, step_job_options=options)
     row = {**start.workflow, "hero_type": hero_type, "hero_id": hero_id}
     connection = connection_of(session)
@@ -175,17 +180,12 @@ def create(
     return workflow
 
 
-def _check_creatable(cls: type[Workflow]) -> None:
-    from geneva_drive.definition.workflow import (  # late: workflow is built on starting
-        Workflow,
-        check_job_options,
-    )
-
+def _check_creatable(cls: type[Workflow], session: Session) -> None:
     if cls is Workflow:
         raise StepConfigurationError(
             "Workflow.create(): create a subclass of Workflow that declares steps"
         )
-    check_job_options(cls, settings().backend)
+    check_job_options(cls, settings_of(session).backend)
 
 
 def _already_ongoing(cls: type[Workflow], session: Session, row: dict[str, Any]) -> Exception:
@@ -228,10 +228,15 @@ def create_many(
     ``WorkflowAlreadyOngoing`` for the first instead, having written nothing). No ORM
     instances are made: load the ones you need by id.
     """
-    _check_creatable(cls)
+    _check_creatable(cls, session)
     keyed = _keyed_heroes(cls, session, heroes, count)
-    options = checked_step_job_options(cls, step_job_options) if step_job_options else None
-    now = settings_of(session).clock.now()
+    config = settings_of(session)
+    options = (
+        checked_step_job_options(cls, step_job_options, config.backend)
+        if step_job_options
+        else None
+    )
+    now = config.clock.now()
     start = plan_start(cls, now, allow_multiple=allow_multiple, step_job_options=options)
     if start.first is None:
         raise StepConfigurationError(
