@@ -667,17 +667,22 @@ def test_registries_that_come_and_go_each_get_their_own_gauges(gd, session):
     HousekeepingOtherClass.create(session)
     session.commit()
     labels = {"workflow": "HousekeepingOtherClass"}
-    addresses = set()
-    for _ in range(20):
+    addresses: set[int] = set()
+    reused = False
+    # CPython gives freed memory to the next object of its size, so a registry is soon made
+    # where a collected one had been — the case this test is about. How soon depends on what
+    # else the process allocated meanwhile: go on until it has happened (a bounded number).
+    for _ in range(200):
         registry = prometheus_client.CollectorRegistry()
+        reused = reused or id(registry) in addresses
         addresses.add(id(registry))
         _run(gd, registry=registry)
         assert registry.get_sample_value("geneva_drive_ready", labels) == 1
         del registry
         gc.collect()
-    # CPython gives freed memory to the next object of its size: some registry was made
-    # where a collected one had been, which is the case this test is about.
-    assert len(addresses) < 20
+        if reused and len(addresses) >= 5:
+            break
+    assert reused
 
 
 def test_a_housekeeping_event_carries_the_counters(gd, session):
