@@ -312,7 +312,7 @@ def test_a_failing_claim_loop_logs_the_error_with_its_traceback(gd, session, mon
     # A bug in the claim loop (not a lost database): the worker pauses and tries again, and
     # the operator must see why. log.exception after the except block had ended logged
     # "NoneType: None" instead.
-    failures = []
+    failures: list[RuntimeError] = []
 
     def broken_once(*args, **kwargs):
         if not failures:
