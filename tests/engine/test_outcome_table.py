@@ -168,3 +168,55 @@ def test_ended_columns_stamp_the_state_and_release_the_lease():
         "lease_owner": None,
         "lease_expires_at": None,
     }
+
+
+AT = datetime(2026, 12, 5, 9, 0, tzinfo=UTC)
+MOVES = [
+    (
+        "a new workflow is ready at its first step",
+        (None, W.READY, {"next_step": "a"}),
+        {"state": W.READY, "next_step_name": "a"},
+    ),
+    (
+        "a step starts",
+        (W.READY, W.PERFORMING, {"current_step": "a"}),
+        {"state": W.PERFORMING, "current_step_name": "a"},
+    ),
+    (
+        "a step completes and the next is scheduled",
+        (W.PERFORMING, W.READY, {"current_step": None, "next_step": "b"}),
+        {"state": W.READY, "current_step_name": None, "next_step_name": "b"},
+    ),
+    (
+        "pausing stamps the move",
+        (W.READY, W.PAUSED, {}),
+        {"state": W.PAUSED, "transitioned_at": AT},
+    ),
+    (
+        "resuming clears the stamp",
+        (W.PAUSED, W.READY, {}),
+        {"state": W.READY, "transitioned_at": None},
+    ),
+    (
+        "canceling stamps the move",
+        (W.PERFORMING, W.CANCELED, {}),
+        {"state": W.CANCELED, "transitioned_at": AT},
+    ),
+    (
+        "finishing stamps it and leaves no step",
+        (W.PERFORMING, W.FINISHED, {"next_step": "b"}),
+        {
+            "state": W.FINISHED,
+            "transitioned_at": AT,
+            "current_step_name": None,
+            "next_step_name": None,
+        },
+    ),
+    ("staying paused writes no stamp", (W.PAUSED, W.PAUSED, {}), {"state": W.PAUSED}),
+]
+
+
+@pytest.mark.parametrize(("case", "move", "columns"), MOVES, ids=[m[0] for m in MOVES])
+def test_a_workflow_move_writes_these_columns(case, move, columns):
+    was, state, steps = move
+    assert o.moved_columns(was, state, AT, **steps) == columns

@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session
 from geneva_drive.core import events
 from geneva_drive.core.settings import Settings
 from geneva_drive.core.states import WorkflowState
-from geneva_drive.engine import prepare, scheduling, writer
+from geneva_drive.engine import outcomes, prepare, scheduling, writer
 from geneva_drive.engine.prepare import Prepared, execution_payload
 from geneva_drive.engine.run_options import RunOptions
 from geneva_drive.engine.step_errors import STEP_ERRORS
@@ -106,10 +106,7 @@ def after_completion(workflow: Workflow, options: RunOptions, now: datetime) -> 
     following = type(workflow).steps.next_after(workflow.current_step_name)
     if following is None:
         finished = {
-            "state": WorkflowState.FINISHED,
-            "transitioned_at": now,
-            "current_step_name": None,
-            "next_step_name": None,
+            **outcomes.moved_columns(WorkflowState.PERFORMING, WorkflowState.FINISHED, now),
             "updated_at": now,
         }
         return _AfterCompletion(None, finished, None, {})
@@ -118,9 +115,13 @@ def after_completion(workflow: Workflow, options: RunOptions, now: datetime) -> 
     chain = options.chain is not None and not following.wait_delta and options.chain(queue)
     direct = chain and _nothing_to_check(type(workflow), following)
     navigation = {
-        "state": WorkflowState.PERFORMING if direct else WorkflowState.READY,
-        "current_step_name": following.name if direct else None,
-        "next_step_name": following.name,
+        **outcomes.moved_columns(
+            WorkflowState.PERFORMING,
+            WorkflowState.PERFORMING if direct else WorkflowState.READY,
+            now,
+            current_step=following.name if direct else None,
+            next_step=following.name,
+        ),
         "updated_at": now,
     }
     started = writer.lease_columns(now, options.worker_id, options.lease) if direct else None

@@ -18,7 +18,12 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from geneva_drive.core.states import ExecutionState, Outcome, WorkflowState
+from geneva_drive.core.states import (
+    STAMPED_WORKFLOW_STATES,
+    ExecutionState,
+    Outcome,
+    WorkflowState,
+)
 from geneva_drive.definition.flow import Action
 
 
@@ -86,6 +91,40 @@ def ended_columns(plan: Plan, now: datetime) -> dict[str, Any]:
         "lease_owner": None,
         "lease_expires_at": None,
     }
+
+
+_KEEP: Any = object()  # moved_columns: the move leaves this column as it is
+
+
+def moved_columns(
+    was: str | None,
+    state: WorkflowState,
+    now: datetime,
+    *,
+    current_step: str | None = _KEEP,
+    next_step: str | None = _KEEP,
+) -> dict[str, Any]:
+    """The columns of a workflow row moving from ``was`` (None: a new row) to ``state`` at
+    ``now`` (by attribute name) — what every writer of the workflow row writes for a move,
+    the ORM's (``writer.move``) and the statements' (create, start, the chained completion):
+
+    - paused, finished and canceled stamp ``transitioned_at``; leaving them clears it;
+    - a finished workflow stands at no step;
+    - ``current_step`` (the step it performs) and ``next_step`` (the step it runs next), when
+      the move changes them.
+    """
+    columns: dict[str, Any] = {"state": state}
+    if state != was and (state in STAMPED_WORKFLOW_STATES or was in STAMPED_WORKFLOW_STATES):
+        columns["transitioned_at"] = now if state in STAMPED_WORKFLOW_STATES else None
+    if state == WorkflowState.FINISHED:
+        columns["current_step_name"] = None
+        columns["next_step_name"] = None
+        return columns
+    if current_step is not _KEEP:
+        columns["current_step_name"] = current_step
+    if next_step is not _KEEP:
+        columns["next_step_name"] = next_step
+    return columns
 
 
 # -- the body's result (phase 3) and its errors ------------------------------------------------

@@ -38,6 +38,7 @@ from geneva_drive.definition.job_options import checked_step_job_options
 from geneva_drive.definition.ports import StartResult
 from geneva_drive.definition.workflow import Workflow, check_job_options
 from geneva_drive.engine import writer
+from geneva_drive.engine.outcomes import moved_columns
 from geneva_drive.engine.wakeups import enqueue_after_commit, note_woken, wake_for_start
 from geneva_drive.storage import queries, serialization
 from geneva_drive.storage.limits import MAX_HERO_ID, MAX_HERO_TYPE
@@ -88,8 +89,9 @@ def plan_start(
     workflow = workflow_row(
         {
             "type": identity,
-            "state": WorkflowState.READY,
-            "next_step_name": first.name if first is not None else None,
+            **moved_columns(
+                None, WorkflowState.READY, now, next_step=first.name if first else None
+            ),
             "allow_multiple": allow_multiple,
             "metadata_json": _metadata(step_job_options),
             "created_at": now,

@@ -26,7 +26,6 @@ from geneva_drive.core.errors import StepNotDefinedError
 from geneva_drive.core.settings import settings_of
 from geneva_drive.core.states import (
     ACTIVE_EXECUTION_STATES,
-    STAMPED_WORKFLOW_STATES,
     ExecutionState,
     Outcome,
     WorkflowState,
@@ -41,6 +40,7 @@ from geneva_drive.engine.outcomes import (
     Settle,
     ended_columns,
     for_disarmed_timer,
+    moved_columns,
 )
 from geneva_drive.storage import queries
 from geneva_drive.storage.dialects import dialect_named
@@ -92,8 +92,7 @@ def start(
     check_step_transition(execution.state, ExecutionState.IN_PROGRESS)
     check_workflow_transition(workflow.state, WorkflowState.PERFORMING)
     performing: dict[str, Any] = {
-        "state": WorkflowState.PERFORMING,
-        "current_step_name": step_def.name,
+        **moved_columns(workflow.state, WorkflowState.PERFORMING, now, current_step=step_def.name),
         "updated_at": now,
     }
     if workflow.started_at is None:
@@ -152,13 +151,8 @@ def move(workflow: Workflow, state: WorkflowState, now: datetime, *, guarded: bo
     """
     if guarded:
         check_workflow_transition(workflow.state, state)
-    if state != workflow.state:
-        # Leaving paused for ready/performing (resume, skip) clears the stamp.
-        workflow.transitioned_at = now if state in STAMPED_WORKFLOW_STATES else None
-    workflow.state = state
-    if state == WorkflowState.FINISHED:
-        workflow.current_step_name = None
-        workflow.next_step_name = None
+    for key, value in moved_columns(workflow.state, state, now).items():
+        setattr(workflow, key, value)
 
 
 def advance(
