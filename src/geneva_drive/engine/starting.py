@@ -138,14 +138,7 @@ def create(
     one statement), the wake-up queued with the caller's commit."""
     _check_creatable(cls, session)
     hero_type, hero_id = hero_key(cls, session, hero)
-    config = settings_of(session)
-    options = (
-        checked_step_job_options(cls, step_job_options, config.backend)
-        if step_job_options
-        else None
-    )
-    now = config.clock.now()
-    start = plan_start(cls, now, allow_multiple=allow_multiple, step_job_options=options)
+    start, now = _planned(cls, session, allow_multiple, step_job_options)
     row = {**start.workflow, "hero_type": hero_type, "hero_id": hero_id}
     connection = connection_of(session)
     notify, notified = wake_for_start(session, start.queue, start.due)
@@ -180,6 +173,24 @@ def create(
     if log.isEnabledFor(logging.INFO):
         workflow.logger.info("created with %d step(s)", len(cls.steps))
     return workflow
+
+
+def _planned(
+    cls: type[Workflow],
+    session: Session,
+    allow_multiple: bool,
+    step_job_options: dict[str, Any] | None,
+) -> tuple[Start, datetime]:
+    """The rows of a start of ``cls`` now, its job options checked against the session's
+    backend; and that now."""
+    config = settings_of(session)
+    options = (
+        checked_step_job_options(cls, step_job_options, config.backend)
+        if step_job_options
+        else None
+    )
+    now = config.clock.now()
+    return plan_start(cls, now, allow_multiple=allow_multiple, step_job_options=options), now
 
 
 def _check_creatable(cls: type[Workflow], session: Session) -> None:
@@ -232,14 +243,7 @@ def create_many(
     """
     _check_creatable(cls, session)
     keyed = _keyed_heroes(cls, session, heroes, count)
-    config = settings_of(session)
-    options = (
-        checked_step_job_options(cls, step_job_options, config.backend)
-        if step_job_options
-        else None
-    )
-    now = config.clock.now()
-    start = plan_start(cls, now, allow_multiple=allow_multiple, step_job_options=options)
+    start, _ = _planned(cls, session, allow_multiple, step_job_options)
     if start.first is None:
         raise StepConfigurationError(
             f"{cls.__name__}.create_many(): {cls.__name__} has no steps, so each workflow "
