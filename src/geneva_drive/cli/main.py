@@ -129,13 +129,20 @@ def worker(
             help="Also run housekeeping every N seconds (one worker at a time). Default: off."
         ),
     ] = None,
+    heartbeat_interval: Annotated[
+        float | None,
+        typer.Option(
+            help="Seconds between lease renewals (default: a third of --lease; at most that)."
+        ),
+    ] = None,
     wait_for_database: WaitForDatabase = DEFAULT_WAIT_SECONDS,
 ) -> None:
     """Run steps from the database until SIGINT/SIGTERM (a second signal exits at once).
 
     It claims only steps of the workflow classes --app loaded, and refuses to start with none.
+    Its connection pool is sized for --concurrency (step threads, heartbeat, LISTEN).
     """
-    config = load_app(database_url, app_module)
+    config = load_app(database_url, app_module, worker=True, worker_threads=concurrency)
     running = Worker(
         config=config,
         queues=[q.strip() for q in queues.split(",") if q.strip()] if queues else None,
@@ -144,6 +151,7 @@ def worker(
         lease=lease,
         grace_period=grace_period,
         housekeeping_interval=housekeeping_interval or None,
+        heartbeat_interval=heartbeat_interval,
         startup_wait=wait_for_database,
     )
     running.run()  # checks the database and the loaded classes first

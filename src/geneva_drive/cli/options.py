@@ -18,10 +18,13 @@ from typing import Annotated, Any
 
 import typer
 from sqlalchemy import Engine
+from sqlalchemy.pool import QueuePool
 
 from geneva_drive.core.settings import Settings
 from geneva_drive.runtime.configure import configure
+from geneva_drive.runtime.pool import connections_needed
 from geneva_drive.storage.db import create_engine
+from geneva_drive.storage.dialects import dialect_of
 
 PROG = "geneva-drive"
 TRACEBACK_FLAG = "--traceback"
@@ -105,8 +108,21 @@ def _missing_module(error: ImportError, provides: tuple[str, ...]) -> str | None
     return None
 
 
-def engine(url: str) -> Engine:
-    return create_engine(url)
+def engine(url: str, *, worker_threads: int | None = None, worker: bool = False) -> Engine:
+    """The engine for ``url``. For a worker (of ``worker_threads`` step threads, None: the
+    database's default), a pool that keeps a connection open for each thread, its heartbeat
+    and LISTEN — SQLAlchemy's default keeps 5 and opens more for a moment only."""
+    built = create_engine(url)
+    if not worker or not isinstance(built.pool, QueuePool):
+        return built
+    dialect = dialect_of(built)
+    needed = connections_needed(
+        worker_threads or dialect.default_concurrency, listen=dialect.notifies
+    )
+    if built.pool.size() >= needed:
+        return built
+    built.dispose()
+    return create_engine(url, pool_size=needed)
 
 
 def import_app(spec: str) -> Any:
@@ -148,9 +164,16 @@ def setup_logging() -> None:
     logging.getLogger("alembic").setLevel(logging.WARNING)  # the startup revision check
 
 
-def load_app(database_url: str, modules: list[str] | None) -> Settings:
-    """The prelude of every long-running command: logging, the app's workflows, the engine."""
+def load_app(
+    database_url: str,
+    modules: list[str] | None,
+    *,
+    worker: bool = False,
+    worker_threads: int | None = None,
+) -> Settings:
+    """The prelude of every long-running command: logging, the app's workflows, the engine
+    (for a worker: sized for its threads, see :func:`engine`)."""
     setup_logging()
     for spec in modules or []:
         import_app(spec)
-    return configure(engine=engine(database_url))
+    return configure(engine=engine(database_url, worker=worker, worker_threads=worker_threads))

@@ -13,6 +13,8 @@ from __future__ import annotations
 import threading
 from datetime import timedelta
 
+from sqlalchemy import Connection
+
 from geneva_drive.core.settings import Settings
 from geneva_drive.storage.db import session_factory
 from geneva_drive.storage.queries.claims import expire_leases, extend_leases
@@ -45,13 +47,25 @@ class RunningExecutions:
             return sorted(set(self._by_thread.values()))
 
 
-def renew(config: Settings, owner: str, running: RunningExecutions, lease: timedelta) -> int:
-    """Heartbeat: push out the leases of the executions ``running`` lists; returns how many."""
+def renew(
+    config: Settings,
+    owner: str,
+    running: RunningExecutions,
+    lease: timedelta,
+    *,
+    bind: Connection | None = None,
+) -> int:
+    """Heartbeat: push out the leases of the executions ``running`` lists; returns how many.
+
+    ``bind``: a connection of the heartbeat's own (the worker's), so that a renewal never
+    waits for one behind the step threads; else one from the pool.
+    """
     ids = running.ids()
     if not ids:
         return 0  # nothing running: no transaction at all
     now = config.clock.now()
-    with session_factory(config)() as session, session.begin():
+    factory = session_factory(config)
+    with factory(bind=bind) if bind is not None else factory() as session, session.begin():
         return extend_leases(session, owner, ids, now + lease, now)
 
 

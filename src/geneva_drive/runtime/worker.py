@@ -58,7 +58,9 @@ from geneva_drive.engine import leases, recovery
 from geneva_drive.engine.executor import RunOptions, claim_and_run
 from geneva_drive.runtime import deploy_check, housekeeping
 from geneva_drive.runtime.backends.database import DatabaseBackend
+from geneva_drive.runtime.heartbeat import Heartbeat
 from geneva_drive.runtime.loaded import UnloadedClassReport, claim_scope, require_workflows
+from geneva_drive.runtime.pool import pool_problem
 from geneva_drive.runtime.startup import DEFAULT_WAIT_SECONDS, Outages, check_database, is_outage
 from geneva_drive.storage import queries
 from geneva_drive.storage.db import session_factory
@@ -282,6 +284,7 @@ class Worker:
         lease: timedelta | float = timedelta(seconds=30),
         grace_period: timedelta | float = timedelta(seconds=30),
         housekeeping_interval: timedelta | float | None = None,
+        heartbeat_interval: timedelta | float | None = None,
         listen: bool = True,
         eager: bool = True,
         startup_wait: float = DEFAULT_WAIT_SECONDS,
@@ -299,6 +302,18 @@ class Worker:
                 f"Worker(lease={lease!r}): a lease must be positive; it is how long a dead "
                 "worker's step stays claimed before another worker recovers it (default 30 s)"
             )
+        # The heartbeat renews leases every third of the lease by default: two renewals can
+        # fail (a database restart, a long GC pause) before a running step's lease runs out.
+        self.heartbeat_interval = (
+            self.lease / 3 if heartbeat_interval is None else to_timedelta(heartbeat_interval)
+        )
+        if not timedelta(0) < self.heartbeat_interval <= self.lease / 3:
+            raise ValueError(
+                f"Worker(heartbeat_interval={heartbeat_interval!r}, lease={lease!r}): the "
+                "heartbeat must renew at least three times per lease (0 < interval <= lease "
+                f"/ 3 = {(self.lease / 3).total_seconds()}s), or one slow renewal lets a "
+                "running step's lease run out; shorten the interval or lengthen the lease"
+            )
         self.grace_period = to_timedelta(grace_period)
         self.housekeeping_interval = (
             None if housekeeping_interval is None else to_timedelta(housekeeping_interval)
@@ -307,6 +322,9 @@ class Worker:
         self.concurrency = concurrency
         self.poll_interval = poll_interval
         self.listen = listen and dialect_of(engine).notifies
+        problem = pool_problem(engine, concurrency, listen=self.listen)
+        if problem is not None:
+            raise ValueError(f"Worker(concurrency={concurrency}): {problem}")
         self.eager = eager
         self.startup_wait = startup_wait
         # What the step threads claim: set by run() from the classes loaded then, refreshed
@@ -318,6 +336,9 @@ class Worker:
         self._survey_lock = threading.Lock()
         self.worker_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.running = leases.RunningExecutions()  # what the heartbeat renews
+        self._heartbeat = Heartbeat(
+            self.config, self.worker_id, self.running, self.lease, self.heartbeat_interval, log
+        )
         self.options = RunOptions(
             worker_id=self.worker_id,
             lease=self.lease,
@@ -371,6 +392,7 @@ class Worker:
             ",".join(self.scope.workflow_types),
         )
         self._until = until
+        self._heartbeat.reserve()  # before the step threads take every connection
         helpers = [self._thread(self._maintain, "geneva-drive-heartbeat")]
         if self.listen:
             helpers.append(self._thread(self._listen, "geneva-drive-listen"))
@@ -384,6 +406,7 @@ class Worker:
             self._done.set()
             for thread in helpers:
                 thread.join(timeout=10)
+            self._heartbeat.close()
             if self.abandoned:
                 # After the heartbeat thread has stopped, so it cannot extend them again.
                 released = self.release_leases()
@@ -606,7 +629,7 @@ class Worker:
 
     def heartbeat(self) -> int:
         """Extend the leases of the executions this worker's threads are running; how many."""
-        return leases.renew(self.config, self.worker_id, self.running, self.lease)
+        return self._heartbeat.beat()
 
     def release_leases(self) -> int:
         """Expire this worker's leases now, so other workers recover those steps at once."""
@@ -624,7 +647,7 @@ class Worker:
         return recovered
 
     def _maintain(self) -> None:
-        interval = self.lease.total_seconds() / 3
+        interval = self.heartbeat_interval.total_seconds()
         every = self.housekeeping_interval
         next_housekeeping = time.monotonic() + every.total_seconds() if every else None
         while not self._done.wait(interval):
