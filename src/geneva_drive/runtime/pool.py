@@ -14,7 +14,7 @@ from sqlalchemy import Engine
 from sqlalchemy.pool import QueuePool
 
 # The maintenance thread's reserved connection, and one for the worker's own start and stop
-# (the deploy check, releasing leases) and LISTEN's reconnects.
+# (the deploy check, releasing leases); LISTEN's is counted apart, where there is one.
 OVERHEAD = 2
 
 

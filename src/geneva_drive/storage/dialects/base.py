@@ -77,7 +77,3 @@ class Dialect:
     def notify(self, connection: Connection, channel: str, payload: str) -> None:
         """Wake listeners of ``channel`` when ``connection``'s transaction commits."""
         raise NotImplementedError(f"{type(self).__name__} has no NOTIFY")
-
-    def listen_statement(self, channel: str) -> str:
-        """What a worker's dedicated connection runs to receive :meth:`notify`."""
-        raise NotImplementedError(f"{type(self).__name__} has no LISTEN")

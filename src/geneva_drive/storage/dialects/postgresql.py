@@ -32,6 +32,3 @@ class PostgreSQL(Dialect):
 
     def notify(self, connection: Connection, channel: str, payload: str) -> None:
         connection.execute(select(func.pg_notify(channel, payload)))
-
-    def listen_statement(self, channel: str) -> str:
-        return f"LISTEN {channel}"
