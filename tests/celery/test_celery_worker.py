@@ -328,3 +328,20 @@ def test_a_warm_shutdown_stops_a_resumable_step_at_its_next_checkpoint(
     replacement = start_worker(pool=pool)
     wait_until(lambda: all_finished(session, [workflow]), describe=replacement.output.text)
     assert notes(session) == Counter(f"{workflow.id}:walk:{i}" for i in range(app.WALK_ITEMS))
+
+
+@pytest.mark.parametrize(("concurrency", "too_small"), [(16, True), (2, False)])
+def test_a_threads_pool_larger_than_the_engine_s_pool_is_reported_at_its_first_task(
+    session, app, start_worker, concurrency, too_small
+):
+    # The app module's engine keeps SQLAlchemy's default pool (5 + 10 overflow = 15): enough
+    # for 2 task threads and the heartbeat, not for 16 of them.
+    worker = start_worker(pool="threads", concurrency=concurrency)
+    workflow = create(session, app.CeleryOnce)
+    wait_until(lambda: all_finished(session, [workflow]), describe=worker.output.text)
+
+    report = f"runs {concurrency} task(s) at once: the engine's pool hands out at most 15"
+    assert (report in worker.output.text()) is too_small, worker.output.text()
+    if too_small:
+        assert "needs 18" in worker.output.text()
+        assert "create_engine(url, pool_size=18)" in worker.output.text()

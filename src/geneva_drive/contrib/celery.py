@@ -85,8 +85,10 @@ from geneva_drive.core.settings import Settings, settings
 from geneva_drive.core.shutdown import request_shutdown, shutdown_requested
 from geneva_drive.core.states import ExecutionState
 from geneva_drive.engine.executor import RunOptions, run_execution
-from geneva_drive.engine.leases import RunningExecutions, renew
+from geneva_drive.engine.leases import RunningExecutions
 from geneva_drive.engine.wakeups import enqueued_step
+from geneva_drive.runtime.heartbeat import Heartbeat
+from geneva_drive.runtime.pool import pool_problem
 from geneva_drive.storage import queries
 from geneva_drive.storage.queries.dispatch import execution_to_send
 
@@ -193,6 +195,7 @@ class CeleryBackend:
         worker_init.connect(
             _share_shutdown_flag, weak=False, dispatch_uid="geneva_drive.share_shutdown_flag"
         )
+        worker_init.connect(_note_pool, weak=False, dispatch_uid="geneva_drive.note_pool")
         worker_shutting_down.connect(
             _on_worker_shutting_down, weak=False, dispatch_uid="geneva_drive.warm_shutdown"
         )
@@ -225,7 +228,7 @@ class CeleryBackend:
             process = self._process
             if process is None or process.pid != os.getpid():  # none yet, or the parent's
                 process = self._process = ProcessLeases(self.lease)
-            process.config = config  # the heartbeat writes where the tasks run
+            process.use(config)  # the heartbeat writes where the tasks run
             process.start()
             return process
 
@@ -360,9 +363,12 @@ class ProcessLeases:
     Every step a task of this process runs is started with ``lease_owner`` = this process's
     id and a lease of ``CeleryBackend.lease``; the thread renews the leases of the steps the
     process's tasks are running right now (one per pool thread; see :mod:`geneva_drive.leases`)
-    every third of the lease. When the process dies — a SIGKILLed prefork child, an OOM kill,
-    a lost machine — its leases run out and lease recovery (every :func:`dispatch` pass,
-    housekeeping) runs the step again, a resumable one from its last checkpoint.
+    every third of the lease, on a connection reserved for it (``runtime.heartbeat``): with
+    ``--pool threads`` every task thread holds one of the engine's connections, and a renewal
+    that queued behind them would let the leases expire under running steps. When the process
+    dies — a SIGKILLed prefork child, an OOM kill, a lost machine — its leases run out and
+    lease recovery (every :func:`dispatch` pass, housekeeping) runs the step again, a
+    resumable one from its last checkpoint.
 
     The same thread turns the parent's warm shutdown into this process's shutdown request
     (see :func:`_on_worker_shutting_down`): a prefork child gets no signal on a warm shutdown.
@@ -376,8 +382,28 @@ class ProcessLeases:
         self.options = RunOptions(
             worker_id=self.owner, lease=lease, on_started=self.running_now.started
         )
-        self.config: Settings | None = None
+        self._beat: Heartbeat | None = None
         self._thread: threading.Thread | None = None
+
+    @property
+    def config(self) -> Settings | None:
+        beat = self._beat
+        return None if beat is None else beat.config
+
+    def use(self, config: Settings) -> None:
+        """Renew leases in ``config``'s database (where this process's tasks run steps); the
+        first time, and whenever the settings change, check the engine's pool and reserve the
+        heartbeat's connection."""
+        if self._beat is not None and self._beat.config is config:
+            return
+        _check_pool(config)
+        old, self._beat = (
+            self._beat,
+            Heartbeat(config, self.owner, self.running_now, self.lease, self.lease / 3, log),
+        )
+        if old is not None:
+            old.close(discard=True)
+        self._beat.reserve()
 
     def start(self) -> None:
         if self._thread is None:
@@ -396,8 +422,8 @@ class ProcessLeases:
 
     def heartbeat(self) -> int:
         """Renew the leases of the steps this process runs now; returns how many."""
-        config = self.config
-        return 0 if config is None else renew(config, self.owner, self.running_now, self.lease)
+        beat = self._beat
+        return 0 if beat is None else beat.beat()
 
     def _keep(self) -> None:
         interval = self.lease.total_seconds() / 3
@@ -413,6 +439,43 @@ class ProcessLeases:
                     self.heartbeat()
                 except Exception:
                     log.exception("heartbeat of %s failed; retrying", self.owner)
+
+
+# Pools whose tasks all run in the worker's one process, each on a thread (or greenlet) of its
+# own: with them every task holds one of the process's database connections at once.
+_SHARED_PROCESS_POOLS = frozenset({"threads", "thread", "gevent", "eventlet"})
+# How many tasks one process of this Celery worker runs at once (set by worker_init, which
+# runs before the pool forks, so prefork children inherit it); None: not a Celery worker.
+_tasks_per_process: int | None = None
+
+
+def _note_pool(sender: Any = None, **_: Any) -> None:
+    """``worker_init``: remember how many tasks a process of this worker runs at once."""
+    global _tasks_per_process
+    pool = getattr(sender, "pool_cls", None)
+    name = pool if isinstance(pool, str) else getattr(pool, "__module__", "").rsplit(".", 1)[-1]
+    concurrency = getattr(sender, "concurrency", None)
+    if name in _SHARED_PROCESS_POOLS and isinstance(concurrency, int) and concurrency > 0:
+        _tasks_per_process = concurrency
+    else:  # prefork, solo: one task per process at a time
+        _tasks_per_process = 1
+
+
+def _check_pool(config: Settings) -> None:
+    """Say so, at ERROR, when the engine's pool cannot serve this process's tasks at once
+    and its heartbeat — the Celery counterpart of the check ``Worker()`` refuses to start on.
+    Not an exception: the task that asks first is not the one at fault, and Celery would only
+    log it against that task."""
+    if _tasks_per_process is None or config.engine is None:
+        return
+    problem = pool_problem(config.engine, _tasks_per_process, listen=False)
+    if problem is not None:
+        log.error(
+            "Celery worker process %d runs %d task(s) at once: %s",
+            os.getpid(),
+            _tasks_per_process,
+            problem,
+        )
 
 
 # A byte of memory shared by a Celery worker's main process and the pool children it forks,

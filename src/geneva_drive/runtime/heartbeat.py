@@ -63,7 +63,17 @@ class Heartbeat:
             raise
         if at_risk and time.monotonic() - started > self.interval.total_seconds():
             self._warn(at_risk, started, "was late")
-        return renewed
+        if renewed.lost:
+            self.log.warning(
+                "the leases of step execution(s) %s ran out before this renewal, and another "
+                "worker recovered them while they still run here: each step runs again there "
+                "(its body runs twice), and this run's work is discarded when it ends (a "
+                "resumable step's at its next checkpoint). Renewals came too late for a lease "
+                "of %ss: see the warnings above, or lengthen the lease",
+                ", ".join(map(str, renewed.lost)),
+                self.lease.total_seconds(),
+            )
+        return renewed.renewed
 
     def _warn(self, at_risk: list[int], started: float, what: str) -> None:
         if not at_risk:
@@ -79,13 +89,15 @@ class Heartbeat:
             ", ".join(map(str, at_risk)),
         )
 
-    def close(self) -> None:
-        """Give the connection back for good (the worker stops)."""
+    def close(self, *, discard: bool = False) -> None:
+        """Give the connection back for good (the worker stops). ``discard``: close it instead
+        (settings replaced: the engine it came from may be disposed already, and a connection
+        given back to a disposed pool would be left open until collected)."""
         self._reserved = False
-        self._drop(broken=False)
+        self._drop(broken=discard)
 
     def _drop(self, *, broken: bool) -> None:
-        """Give the connection back; ``broken``: discard it (never back into the pool)."""
+        """Give the connection back; ``broken``: close it (never back into the pool)."""
         connection, self._connection = self._connection, None
         if connection is None:
             return

@@ -39,11 +39,13 @@ def pool_problem(engine: Engine, concurrency: int, *, listen: bool) -> str | Non
     needed = connections_needed(concurrency, listen=listen)
     if capacity is None or capacity >= needed:
         return None
+    uses = f"{concurrency} step thread(s), one for the heartbeat, one for start-up and stop"
+    if listen:
+        uses += ", one for LISTEN"
     return (
         f"the engine's pool hands out at most {capacity} connection(s) (pool_size + "
-        f"max_overflow) and a worker with concurrency={concurrency} needs {needed} "
-        f"({concurrency} step threads, the heartbeat's, and {needed - concurrency - 1} for "
-        "LISTEN and start-up); create the engine with "
-        f"geneva_drive.create_engine(url, pool_size={needed}) or lower the concurrency — "
-        "a heartbeat that waits for a connection lets its leases expire under running steps"
+        f"max_overflow) and a worker with concurrency={concurrency} needs {needed} ({uses}); "
+        f"create the engine with geneva_drive.create_engine(url, pool_size={needed}) or lower "
+        "the concurrency — a heartbeat that waits for a connection lets its leases expire "
+        "under running steps"
     )
