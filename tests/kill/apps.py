@@ -89,6 +89,26 @@ class KillCounted(Workflow):
         _effect(self, "three")
 
 
+class KillMixed(Workflow):
+    """Three steps; the middle one writes nothing, so its completion and the start of the next
+    step are one statement (``queries.bypass.execute_alone``) — a path of its own through a
+    restart."""
+
+    may_proceed_without_hero = True
+
+    @step
+    def one(self) -> None:
+        _effect(self, "one")
+
+    @step
+    def two(self) -> None:
+        time.sleep(STEP_SECONDS)  # the step's own work, not synchronisation
+
+    @step
+    def three(self) -> None:
+        _effect(self, "three")
+
+
 def _break_the_worker(how: str) -> None:
     from geneva_drive.engine import leases
     from geneva_drive.runtime.worker import Worker

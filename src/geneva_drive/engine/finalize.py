@@ -76,10 +76,7 @@ def finalize(
             assert workflow is not None and execution is not None
             if execution.state != ExecutionState.IN_PROGRESS:
                 # Someone took the row from us (lease recovery): our run is the duplicate.
-                events.execution_logger(workflow, execution).warning(
-                    "execution is %s, not in_progress; discarding this run's work",
-                    execution.state,
-                )
+                _discard_duplicate(workflow, execution, f"{execution.state} ({execution.outcome})")
                 session.rollback()
                 return None, None
             plan = _result_plan(session, workflow, execution, prepared.step_def, result, config)
@@ -262,9 +259,7 @@ def _complete(
         queries.remember_workflow_lock(session, workflow.id, workflow)
     if not wrote_execution:
         # Someone took the row from us (lease recovery): our run is the duplicate.
-        events.execution_logger(workflow, execution).warning(
-            "execution is no longer in_progress; discarding this run's work"
-        )
+        _discard_duplicate(workflow, execution, "no longer in progress under this run's lease")
         session.rollback()
         return True, None
     writer.record_clean_resolution(session, execution)
@@ -284,6 +279,18 @@ def _complete(
     payload["step_state"] = execution.state
     session.commit()
     return True, chained
+
+
+def _discard_duplicate(workflow: Workflow, execution: StepExecution, found: str) -> None:
+    """The guarded writer refused this run's hand-back: the row is not ours any more."""
+    events.execution_logger(workflow, execution).warning(
+        "execution is %s: its lease ran out while this run was going on and another worker "
+        "recovered it, so the step runs (or ran) again there — its body ran twice, once here "
+        "and once there; discarding this run's work (its writes are rolled back). A lease "
+        "that runs out under a live step means late heartbeats: see the worker's lease "
+        "renewal warnings",
+        found,
+    )
 
 
 def _release_after_transient_error(

@@ -11,13 +11,14 @@ by the Celery task (one owner id per Celery worker process).
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 from sqlalchemy import Connection
 
 from geneva_drive.core.settings import Settings
 from geneva_drive.storage.db import session_factory
-from geneva_drive.storage.queries.claims import expire_leases, extend_leases
+from geneva_drive.storage.queries.claims import expire_leases, extend_leases, recovered_from
 
 
 class RunningExecutions:
@@ -47,6 +48,12 @@ class RunningExecutions:
             return sorted(set(self._by_thread.values()))
 
 
+@dataclass(frozen=True)
+class Renewal:
+    renewed: int  # leases pushed out
+    lost: list[int] = field(default_factory=list)  # recovered by another worker meanwhile
+
+
 def renew(
     config: Settings,
     owner: str,
@@ -54,19 +61,26 @@ def renew(
     lease: timedelta,
     *,
     bind: Connection | None = None,
-) -> int:
-    """Heartbeat: push out the leases of the executions ``running`` lists; returns how many.
+) -> Renewal:
+    """Heartbeat: push out the leases of the executions ``running`` lists.
 
     ``bind``: a connection of the heartbeat's own (the worker's), so that a renewal never
-    waits for one behind the step threads; else one from the pool.
+    waits for one behind the step threads; else one from the pool. A lease it could not
+    renew because lease recovery took the execution (the heartbeat was late by more than a
+    lease) is returned as lost.
     """
     ids = running.ids()
     if not ids:
-        return 0  # nothing running: no transaction at all
+        return Renewal(0)  # nothing running: no transaction at all
     now = config.clock.now()
     factory = session_factory(config)
     with factory(bind=bind) if bind is not None else factory() as session, session.begin():
-        return extend_leases(session, owner, ids, now + lease, now)
+        renewed = extend_leases(session, owner, ids, now + lease, now)
+        # Fewer renewed than asked: most often a step that finished meanwhile; only the
+        # ones lease recovery ended are lost. Read in the renewal's transaction (one more
+        # statement, on this rare path only).
+        lost = recovered_from(session, ids) if renewed < len(ids) else []
+    return Renewal(renewed, lost)
 
 
 def release(config: Settings, owner: str) -> int:

@@ -38,6 +38,7 @@ from geneva_drive.storage.queries.claims import (
     expired_lease_ids,
     extend_leases,
     next_claimable_due_time,
+    recovered_from,
 )
 from geneva_drive.storage.queries.coordination import (
     listen_statement,
@@ -119,6 +120,7 @@ __all__ = [
     "notify_due",
     "parked_executions",
     "record_job_id",
+    "recovered_from",
     "release_housekeeping_lock",
     "remember_workflow_lock",
     "start_both",

@@ -24,7 +24,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Session
 
-from geneva_drive.core.states import ExecutionState, WorkflowState
+from geneva_drive.core.states import ExecutionState, Outcome, WorkflowState
 from geneva_drive.storage.dialects import dialect_of
 from geneva_drive.storage.models import StepExecution, WorkflowColumns
 from geneva_drive.storage.queries._sql import (
@@ -617,6 +617,23 @@ def extend_leases(
         .execution_options(synchronize_session=False)
     )
     return int(getattr(result, "rowcount", 0) or 0)
+
+
+def recovered_from(session: Session, execution_ids: Sequence[int]) -> list[int]:
+    """Which of ``execution_ids`` lease recovery took away (ended ``recovered``): the ones a
+    renewal missed because another worker found their lease run out, not because the step
+    finished meanwhile."""
+    if not execution_ids:
+        return []
+    rows = session.scalars(
+        select(StepExecution.id)
+        .where(
+            StepExecution.id.in_(list(execution_ids)),
+            StepExecution.outcome == Outcome.RECOVERED,
+        )
+        .order_by(StepExecution.id)
+    )
+    return list(rows)
 
 
 def expire_leases(session: Session, worker_id: str, now: datetime) -> int:
