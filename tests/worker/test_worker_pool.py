@@ -132,3 +132,16 @@ def test_a_failed_renewal_names_the_executions_whose_leases_are_at_risk(gd, capl
     [record] = [r for r in caplog.records if "lease renewal failed" in r.getMessage()]
     assert record.levelno == logging.WARNING
     assert "4242" in record.getMessage()
+
+
+def test_a_worker_built_on_a_user_s_configured_engine_checks_its_pool(gd):
+    # configure() cannot know how many threads will run steps; the Worker built from the
+    # settings does, and refuses the application's own too-small engine the same way.
+    from geneva_drive.runtime.configure import configured
+
+    small = geneva_drive.create_engine(gd.engine.url, pool_size=3, max_overflow=0)
+    try:
+        with configured(engine=small), pytest.raises(ValueError, match="at most 3 connection"):
+            Worker(concurrency=8)
+    finally:
+        small.dispose()
