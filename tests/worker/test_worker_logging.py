@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 
-from geneva_drive.runtime import worker as worker_module
-from geneva_drive.runtime.worker import Worker, WorkerCrashed
+from geneva_drive.core.errors import WorkerCrashed
+from geneva_drive.runtime import housekeeping
+from geneva_drive.runtime.worker import Worker
 from geneva_drive.storage import queries
 from tests.worker._support import DEADLINE
 from tests.worker.apps import WorkerScaleThreeSteps  # noqa: F401  (a class to claim)
@@ -34,7 +35,7 @@ SITES: dict[str, tuple[Callable[[Worker, Any, Callable[[], Any]], None], str]] =
     ),
     "housekeeping": (
         lambda worker, monkeypatch, fail: monkeypatch.setattr(
-            worker_module.housekeeping, "run_exclusive", lambda config: fail()
+            housekeeping, "run_exclusive", lambda config: fail()
         ),
         "housekeeping failed",
     ),
