@@ -130,6 +130,18 @@ def test_an_action_appears_in_the_timeline_with_its_actor_and_reason(client_for,
     assert "pause: ready" not in client.get(f"/workflows/{scenario.waiting}").text  # shown once
 
 
+def test_skip_says_which_step_it_skipped_not_ready_to_ready(client_for, scenario):
+    client = client_for(authorize=allow_everything)
+    sent = client.post(
+        f"/workflows/{scenario.waiting}/act",
+        data={"action": "skip", "csrf_token": csrf(client)},
+    )
+    flash = re.search(r'<p class="flash ok" role="status">(.*?)</p>', sent.text)
+    assert flash and flash.group(1) == "skip: at approve → at done"
+    skipped = re.search(r'data-action="skip".*?<div class="times">(.*?)</div>', sent.text, re.S)
+    assert skipped and "at approve → at done" in skipped.group(1)  # the timeline says it too
+
+
 def test_a_refused_action_says_why_with_a_409(client_for, scenario):
     client = client_for(authorize=allow_everything)
     refused = client.post(

@@ -202,6 +202,7 @@ def test_skip_moves_a_paused_workflow_to_the_next_step(session, installed_databa
 
     assert result.exit_code == 0, result.output
     assert _step(session, paused) == "receipt"
+    assert f"skip: workflow {paused.id} (paused at charge → ready at receipt)" in result.stdout
 
 
 def test_cancel_ends_a_workflow(session, installed_database_url):

@@ -104,7 +104,7 @@ async def act(dash: Dashboard, request: Request) -> Response:
 
 
 def _done(result: admin.ActionResult) -> str:
-    text = f"{result.action}: {result.state_before} → {result.state_after}"
+    text = f"{result.action}: {result.change}"
     return f"{text} ({result.detail})" if result.detail else text
 
 

@@ -73,7 +73,9 @@ def _templates() -> Jinja2Templates:
         pretty_json=fmt.pretty_json,
         number=fmt.number,
     )
-    env.globals.update(age=fmt.age)
+    env.globals.update(
+        age=fmt.age, action_change=fmt.action_change, action_record=fmt.ACTION_RECORD
+    )
     return Jinja2Templates(env=env)
 
 
