@@ -220,13 +220,18 @@ def test_an_operator_finds_a_failed_workflow_resumes_it_and_bulk_cancels_the_wai
     not_pwned(page)
     shoot(page, db_backend, "waiting")
 
-    # Bulk-cancel every waiting approval, with the count on the confirmation.
+    # Bulk-cancel every waiting approval, after the dry run lists them.
     page.goto(f"{base}/workflows?type=DashApproval&state=ready")
     expect(page.locator("[data-count]")).to_contain_text("4 matching")
     page.click("summary:has-text('Act on all 4 matching')")
-    page.click("summary:has-text('Cancel all 4')")
-    page.fill("form:has(input[value=cancel]) input[name=reason]", "campaign over")
-    page.click("button:has-text('Yes, cancel all 4 matching workflows')")
+    expect(page.locator("button:has-text('Resume all 4')")).to_have_count(0)  # none is paused
+    page.click("button:has-text('Cancel all 4…')")
+    expect(page.locator("[data-dry-run]")).to_contain_text("would cancel: 4")
+    expect(page.locator("[data-would-change] a")).to_have_count(4)
+    assert state_in_db(gd, scenario.waiting) == "ready"  # a dry run: nothing changed yet
+    shoot(page, db_backend, "bulk-dry-run")
+    page.fill("input[name=reason]", "campaign over")
+    page.click("button:has-text('Yes, cancel 4 workflows')")
     expect(page.locator(".flash")).to_contain_text("4 of 4 matching changed")
     approvals = [scenario.waiting, *(wf.id for wf in more)]
     assert {state_in_db(gd, i) for i in approvals} == {"canceled"}

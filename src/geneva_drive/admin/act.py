@@ -9,7 +9,7 @@ refusal raises :class:`AdminRefused` and rolls the savepoint back: the database 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -56,6 +56,13 @@ ALLOWED: dict[str, tuple[frozenset[str], str]] = {
     "resume_at": (frozenset({_READY, _PAUSED}), "ready or paused (pause a performing one first)"),
     "signal": (frozenset({_READY, _PERFORMING, _PAUSED}), "ongoing (ready, performing, paused)"),
 }
+
+
+def actions_for(states: Iterable[str]) -> tuple[str, ...]:
+    """The actions that a workflow in one of ``states`` may accept, in :data:`ACTIONS` order
+    (pure; what a page offers — :func:`refusal` still has the last word per workflow)."""
+    wanted = set(states)
+    return tuple(action for action in ACTIONS if ALLOWED[action][0] & wanted)
 
 
 @dataclass(frozen=True)

@@ -21,9 +21,15 @@ from starlette.routing import BaseRoute, Route
 
 from geneva_drive import admin
 from geneva_drive.admin import AdminInputError, AdminNotFound, AdminRefused, WorkflowFilter
-from geneva_drive.dashboard.context import Dashboard, cookie_path, set_cookie, set_flash
+from geneva_drive.dashboard.bulk import checked
+from geneva_drive.dashboard.context import (
+    Dashboard,
+    Refused,
+    cookie_path,
+    set_cookie,
+    set_flash,
+)
 from geneva_drive.dashboard.forms import FilterForm, first, parse_body
-from geneva_drive.dashboard.pages import BULK_ACTIONS
 from geneva_drive.dashboard.security import AUTH_COOKIE, CSRF_FIELD, csrf_ok
 from geneva_drive.storage.db import engine_for_workers
 
@@ -39,12 +45,6 @@ def routes(dash: Dashboard) -> list[BaseRoute]:
             Route("/logout", partial(logout, dash), methods=["POST"], name="logout"),
         ]
     return found
-
-
-class Refused(Exception):
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 @dataclass(frozen=True)
@@ -152,21 +152,10 @@ async def bulk(dash: Dashboard, request: Request) -> Response:
     back = dash.url(request, "workflows")
     try:
         form = await _form(dash, request)
-        filters = FilterForm.from_items(form.items)
-        back = f"{back}?{filters.query()}"
-        action = form.get("action", "")
-        if action not in BULK_ACTIONS:
-            raise Refused(400, f"bulk action={action!r}: expected one of {', '.join(BULK_ACTIONS)}")
-        if filters.empty:
-            raise Refused(
-                400,
-                f"a bulk {action} needs at least one filter; narrow the list first, so that "
-                "acting on every workflow is never a single click",
-            )
-        where = filters.to_filter()
-        if not await dash.permissions.allows(request, action, where):
-            raise Refused(403, f"you are not allowed to {action} these workflows")
-        result = await _bulk(dash, action, where, dash.actor(request), form)
+        back = f"{back}?{FilterForm.from_items(form.items).query()}"
+        wanted = await checked(dash, request, form.items)
+        action = wanted.action
+        result = await _bulk(dash, action, wanted.where, dash.actor(request), form)
     except Refused as refused:
         return _refused_page(dash, request, refused, back)
     except AdminInputError as error:

@@ -38,6 +38,14 @@ def default_actor(request: Request) -> str:
     return f"dashboard:{name}" if name else "dashboard"
 
 
+class Refused(Exception):
+    """A request the dashboard turns down before acting: its status and what to do instead."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
 @dataclass(frozen=True)
 class Dashboard:
     """What every page handler needs; one per ``create_app()`` call (no globals)."""
