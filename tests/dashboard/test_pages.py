@@ -152,9 +152,19 @@ def test_a_refused_action_says_why_with_a_409(client_for, scenario):
     assert "DashOrderFlow" in refused.text and "finished" in refused.text
 
 
-def test_an_unknown_workflow_is_a_404_naming_the_id(client_for, scenario):
-    page = client_for().get("/workflows/987654")
-    assert page.status_code == 404 and "987654" in page.text
+def test_an_unknown_workflow_is_a_404_naming_the_id_and_the_page_to_find_one(client_for, scenario):
+    client = client_for(authorize=allow_everything)
+    shown = client.get("/workflows/987654")
+    acted = client.post(
+        "/workflows/987654/act", data={"action": "pause", "csrf_token": csrf(client)}
+    )
+    for page in (shown, acted):
+        assert page.status_code == 404
+        message = re.search(r"<p[^>]*data-error>(.*?)</p>", page.text, re.S)
+        assert message and "987654" in message.group(1)
+        assert "Workflows page" in message.group(1)  # where to look instead
+        assert "admin." not in message.group(1) and "()" not in message.group(1)
+        assert '<a href="/workflows">' in page.text
 
 
 def test_the_waiting_page_lists_what_waits_for_which_signal(client_for, scenario):

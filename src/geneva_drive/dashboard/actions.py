@@ -92,8 +92,8 @@ async def act(dash: Dashboard, request: Request) -> Response:
         result = await dash.write(lambda s: call(s, workflow_id))
     except Refused as refused:
         return _refused_page(dash, request, refused, back)
-    except AdminNotFound as error:
-        return dash.error(request, 404, str(error), back=dash.url(request, "workflows"))
+    except AdminNotFound:
+        return dash.not_found(request, workflow_id)
     except AdminRefused as error:
         return dash.error(request, 409, str(error), back=back)
     except AdminInputError as error:
@@ -111,7 +111,7 @@ def _done(result: admin.ActionResult) -> str:
 async def _summary(dash: Dashboard, workflow_id: int) -> admin.WorkflowSummary:
     page = await dash.read(lambda s: admin.find(s, WorkflowFilter(ids=(workflow_id,)), limit=1))
     if not page.items:
-        raise AdminNotFound(f"no workflow with id {workflow_id}")
+        raise AdminNotFound(f"no workflow with id={workflow_id}")
     return page.items[0]
 
 

@@ -115,8 +115,8 @@ async def workflow(dash: Dashboard, request: Request) -> Response:
     workflow_id: int = request.path_params["workflow_id"]
     try:
         timeline = await dash.read(lambda s: admin.show(s, workflow_id))
-    except AdminNotFound as error:
-        return dash.error(request, 404, str(error), back=dash.url(request, "workflows"))
+    except AdminNotFound:
+        return dash.not_found(request, workflow_id)
     summary = timeline.workflow
     allowed = [
         a
