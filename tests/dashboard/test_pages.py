@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 
 from sqlalchemy import select
@@ -49,6 +50,20 @@ def test_the_overview_draws_the_last_hours_outcomes_as_an_inline_svg_sparkline(
     }
     assert busy == {10: "4 succeeded, 1 failed, 0 other"}
     assert svg.group(1).count('class="o-failed"') == 1
+
+
+def test_the_overview_chart_has_a_labelled_time_axis(client_for, scenario: Scenario, gd):
+    html = client_for().get("/").text
+
+    svg = re.search(r"<svg class=\"sparkline\"[^>]*>(.*?)</svg>", html, re.S)
+    assert svg is not None
+    axis = re.search(r"<g class=\"axis\" data-time-axis>(.*?)</g>", svg.group(1), re.S)
+    assert axis is not None
+    ticks = re.findall(r"<text[^>]*data-tick[^>]*>(\d\d:\d\d)</text>", axis.group(1))
+    minutes = [int(t[:2]) * 60 + int(t[3:]) for t in ticks]
+    assert len(ticks) == 5  # every quarter hour, left to right (mod 24 h: midnight wraps)
+    assert all((b - a) % 1440 == 15 for a, b in itertools.pairwise(minutes))
+    assert ">Time (UTC)</text>" in axis.group(1)
 
 
 def test_the_workflows_page_lists_the_filtered_workflows_newest_first(client_for, scenario):
