@@ -69,6 +69,16 @@ def test_skip_moves_on_to_the_next_step(session, make):
     ]
 
 
+def test_skip_says_which_step_it_left_and_where_the_workflow_stands_now(session, make):
+    wf = make(AdminThreeSteps, run=1)
+
+    result = admin.skip(session, wf.id, actor="ops")
+
+    assert (result.step_before, result.step_after) == ("second", "third")
+    assert result.change == "at second → at third"  # not "ready → ready"
+    assert "ready → ready" not in result.detail
+
+
 def test_cancel_ends_the_workflow(session, make):
     wf = make(AdminWaits, run=2)  # parked, with a timer
 

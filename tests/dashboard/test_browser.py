@@ -8,6 +8,7 @@ Screenshots of every page land in tests/dashboard/artifacts/ (not committed).
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import socket
@@ -220,13 +221,18 @@ def test_an_operator_finds_a_failed_workflow_resumes_it_and_bulk_cancels_the_wai
     not_pwned(page)
     shoot(page, db_backend, "waiting")
 
-    # Bulk-cancel every waiting approval, with the count on the confirmation.
+    # Bulk-cancel every waiting approval, after the dry run lists them.
     page.goto(f"{base}/workflows?type=DashApproval&state=ready")
     expect(page.locator("[data-count]")).to_contain_text("4 matching")
     page.click("summary:has-text('Act on all 4 matching')")
-    page.click("summary:has-text('Cancel all 4')")
-    page.fill("form:has(input[value=cancel]) input[name=reason]", "campaign over")
-    page.click("button:has-text('Yes, cancel all 4 matching workflows')")
+    expect(page.locator("button:has-text('Resume all 4')")).to_have_count(0)  # none is paused
+    page.click("button:has-text('Cancel all 4…')")
+    expect(page.locator("[data-dry-run]")).to_contain_text("would cancel: 4")
+    expect(page.locator("[data-would-change] a")).to_have_count(4)
+    assert state_in_db(gd, scenario.waiting) == "ready"  # a dry run: nothing changed yet
+    shoot(page, db_backend, "bulk-dry-run")
+    page.fill("input[name=reason]", "campaign over")
+    page.click("button:has-text('Yes, cancel 4 workflows')")
     expect(page.locator(".flash")).to_contain_text("4 of 4 matching changed")
     approvals = [scenario.waiting, *(wf.id for wf in more)]
     assert {state_in_db(gd, i) for i in approvals} == {"canceled"}
@@ -290,4 +296,73 @@ def test_keyboard_focus_stays_on_the_same_control_across_live_refreshes(
         "the page to show the cancel",
     )
     assert page.evaluate("document.activeElement.tagName") == "H1"
+    page.close()
+
+
+def within_viewport(page: Any, locator: Any) -> bool:
+    box = locator.bounding_box()
+    width = page.viewport_size["width"]
+    return box is not None and box["x"] >= 0 and box["x"] + box["width"] <= width + 1
+
+
+def test_at_390_px_the_workflows_table_shows_each_row_whole_and_its_actions_stay_reachable(
+    chromium, serve, gd, scenario: Scenario, db_backend
+):
+    """A phone in portrait: no sideways scrolling of the page, and none hidden in the table's
+    own box either — each workflow's id, class, state, step and error are on screen."""
+    from playwright.sync_api import expect
+
+    base = serve_dashboard(serve, gd, refresh_seconds=60)
+    page = chromium.new_page(viewport={"width": 390, "height": 844})
+    page.goto(f"{base}/workflows?state=ready&state=paused")
+    rows = page.locator("tr[data-workflow-id]")
+    expect(rows).to_have_count(3)
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+    assert page.evaluate(
+        "(() => { const box = document.querySelector('table.list').closest('.scroll');"
+        " return box.scrollWidth <= box.clientWidth + 1; })()"
+    ), "the table's columns run past its box: a phone must scroll sideways to read a row"
+    for n in range(3):
+        row = rows.nth(n)
+        for cell in ("a", "[data-state]", "td[data-label=Step]", "td[data-label=Changed]"):
+            assert within_viewport(page, row.locator(cell).first), (n, cell)
+    expect(rows.first.locator("td[data-label=Step]")).to_be_visible()
+    shoot(page, db_backend, "workflows-390")
+
+    # The bulk actions: on screen, and they work by touch.
+    page.click("summary:has-text('Act on all 3 matching')")
+    buttons = page.locator("details.bulk button")
+    expect(buttons).to_have_count(5)
+    for n in range(5):
+        assert within_viewport(page, buttons.nth(n)), buttons.nth(n).text_content()
+    page.click("button:has-text('Pause all 3…')")
+    expect(page.locator("[data-dry-run]")).to_contain_text("would pause: 2")
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+    assert within_viewport(page, page.locator("button:has-text('Yes, pause 2 workflows')"))
+    shoot(page, db_backend, "bulk-dry-run-390")
+    page.close()
+
+
+def test_the_overview_chart_has_a_time_axis_under_its_bars(chromium, serve, gd, scenario):
+    """Five times, a quarter hour apart, left to right under the bars, none overlapping, and
+    the axis named: a reader sees when, not only how many."""
+    base = serve_dashboard(serve, gd, refresh_seconds=60)
+    page = chromium.new_page(viewport={"width": 1100, "height": 900})
+    page.goto(base + "/")
+    chart = page.locator("svg[data-sparkline]")
+    bars_bottom = page.evaluate(
+        "document.querySelector('svg[data-sparkline] line.base').getBoundingClientRect().bottom"
+    )
+    ticks = page.locator("svg[data-sparkline] [data-time-axis] text[data-tick]")
+    boxes = [ticks.nth(n).bounding_box() for n in range(ticks.count())]
+    labels = [ticks.nth(n).text_content() for n in range(ticks.count())]
+    assert len(boxes) == 5 and all(b is not None and b["width"] > 0 for b in boxes), labels
+    assert all(b["y"] >= bars_bottom - 1 for b in boxes)  # below the bars, not over them
+    for left, right in itertools.pairwise(boxes):
+        assert left["x"] + left["width"] <= right["x"], labels  # in order, none overlapping
+    chart_box = chart.bounding_box()
+    assert chart_box is not None
+    assert all(chart_box["x"] - 1 <= b["x"] <= chart_box["x"] + chart_box["width"] for b in boxes)
+    name = page.locator("svg[data-sparkline] [data-time-axis] text.axis-label")
+    assert name.text_content() == "Time (UTC)" and name.bounding_box()["width"] > 0
     page.close()

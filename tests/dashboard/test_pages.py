@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 
 from sqlalchemy import select
@@ -49,6 +50,20 @@ def test_the_overview_draws_the_last_hours_outcomes_as_an_inline_svg_sparkline(
     }
     assert busy == {10: "4 succeeded, 1 failed, 0 other"}
     assert svg.group(1).count('class="o-failed"') == 1
+
+
+def test_the_overview_chart_has_a_labelled_time_axis(client_for, scenario: Scenario, gd):
+    html = client_for().get("/").text
+
+    svg = re.search(r"<svg class=\"sparkline\"[^>]*>(.*?)</svg>", html, re.S)
+    assert svg is not None
+    axis = re.search(r"<g class=\"axis\" data-time-axis>(.*?)</g>", svg.group(1), re.S)
+    assert axis is not None
+    ticks = re.findall(r"<text[^>]*data-tick[^>]*>(\d\d:\d\d)</text>", axis.group(1))
+    minutes = [int(t[:2]) * 60 + int(t[3:]) for t in ticks]
+    assert len(ticks) == 5  # every quarter hour, left to right (mod 24 h: midnight wraps)
+    assert all((b - a) % 1440 == 15 for a, b in itertools.pairwise(minutes))
+    assert ">Time (UTC)</text>" in axis.group(1)
 
 
 def test_the_workflows_page_lists_the_filtered_workflows_newest_first(client_for, scenario):
@@ -130,6 +145,18 @@ def test_an_action_appears_in_the_timeline_with_its_actor_and_reason(client_for,
     assert "pause: ready" not in client.get(f"/workflows/{scenario.waiting}").text  # shown once
 
 
+def test_skip_says_which_step_it_skipped_not_ready_to_ready(client_for, scenario):
+    client = client_for(authorize=allow_everything)
+    sent = client.post(
+        f"/workflows/{scenario.waiting}/act",
+        data={"action": "skip", "csrf_token": csrf(client)},
+    )
+    flash = re.search(r'<p class="flash ok" role="status">(.*?)</p>', sent.text)
+    assert flash and flash.group(1) == "skip: at approve → at done"
+    skipped = re.search(r'data-action="skip".*?<div class="times">(.*?)</div>', sent.text, re.S)
+    assert skipped and "at approve → at done" in skipped.group(1)  # the timeline says it too
+
+
 def test_a_refused_action_says_why_with_a_409(client_for, scenario):
     client = client_for(authorize=allow_everything)
     refused = client.post(
@@ -140,9 +167,19 @@ def test_a_refused_action_says_why_with_a_409(client_for, scenario):
     assert "DashOrderFlow" in refused.text and "finished" in refused.text
 
 
-def test_an_unknown_workflow_is_a_404_naming_the_id(client_for, scenario):
-    page = client_for().get("/workflows/987654")
-    assert page.status_code == 404 and "987654" in page.text
+def test_an_unknown_workflow_is_a_404_naming_the_id_and_the_page_to_find_one(client_for, scenario):
+    client = client_for(authorize=allow_everything)
+    shown = client.get("/workflows/987654")
+    acted = client.post(
+        "/workflows/987654/act", data={"action": "pause", "csrf_token": csrf(client)}
+    )
+    for page in (shown, acted):
+        assert page.status_code == 404
+        message = re.search(r"<p[^>]*data-error>(.*?)</p>", page.text, re.S)
+        assert message and "987654" in message.group(1)
+        assert "Workflows page" in message.group(1)  # where to look instead
+        assert "admin." not in message.group(1) and "()" not in message.group(1)
+        assert '<a href="/workflows">' in page.text
 
 
 def test_the_waiting_page_lists_what_waits_for_which_signal(client_for, scenario):

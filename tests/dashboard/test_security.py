@@ -204,6 +204,58 @@ def test_with_a_token_a_bearer_header_is_a_login_too(client_for, scenario):
     assert post_action(client, scenario.waiting, {"action": "pause"}).status_code == 303
 
 
+def test_a_post_authenticated_by_the_bearer_header_needs_no_csrf_token(
+    client_for, session, scenario
+):
+    """A browser cannot forge an Authorization header, so a script acting with the token
+    sends no cookie and no CSRF field."""
+    client = client_for(token="s3cret")
+    client.cookies.clear()
+    client.headers["Authorization"] = "Bearer s3cret"
+    done = post_action(client, scenario.waiting, {"action": "pause"}, token=False)
+    assert done.status_code == 303, done.text
+    bulk = client.post(
+        "/bulk", data={"action": "pause", "type": "DashAccountFlow"}, follow_redirects=False
+    )
+    assert bulk.status_code == 303, bulk.text
+    session.commit()
+    states = {i: state for i, state in session.execute(select(Workflow.id, Workflow.state))}
+    assert states[scenario.waiting] == states[scenario.scripted_hero] == "paused"
+
+
+def test_a_cookie_session_still_needs_the_csrf_token(client_for, session, scenario):
+    client = client_for(token="s3cret")
+    client.post("/login", data={"token": "s3cret", "csrf_token": csrf(client)})
+    before = snapshot(session)
+    refused = post_action(client, scenario.waiting, {"action": "pause"}, token=False)
+    assert refused.status_code == 403 and "CSRF" in refused.text
+    assert snapshot(session) == before
+
+
+@pytest.mark.parametrize("with_csrf", [True, False], ids=["with-csrf", "without-csrf"])
+def test_a_wrong_bearer_header_is_refused_and_changes_nothing(
+    client_for, session, scenario, with_csrf
+):
+    client = client_for(token="s3cret")
+    client.post("/login", data={"token": "s3cret", "csrf_token": csrf(client)})
+    client.headers["Authorization"] = "Bearer guess"  # wins over the login cookie
+    before = snapshot(session)
+    refused = post_action(client, scenario.waiting, {"action": "pause"}, token=with_csrf)
+    assert refused.status_code in (401, 403)
+    assert snapshot(session) == before
+
+
+def test_a_bearer_header_without_a_login_token_does_not_replace_the_csrf_token(
+    client_for, session, scenario
+):
+    client = client_for(authorize=allow_everything)
+    client.headers["Authorization"] = "Bearer anything"
+    before = snapshot(session)
+    refused = post_action(client, scenario.waiting, {"action": "pause"}, token=False)
+    assert refused.status_code == 403 and "CSRF" in refused.text
+    assert snapshot(session) == before
+
+
 def test_login_redirects_only_within_the_dashboard(client_for, scenario):
     client = client_for(token="s3cret")
     sent = client.post(

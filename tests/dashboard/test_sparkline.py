@@ -43,3 +43,17 @@ def test_an_hour_without_endings_draws_no_bar_and_says_so():
 
     assert all(b.segments == () for b in spark.bars)
     assert "(0 in all)" in spark.label
+
+
+def test_the_time_axis_marks_every_quarter_hour_and_the_end_in_utc():
+    spark = sparkline(buckets(*[(1, 0, 0)] * 12))
+
+    assert [(t.x, t.label) for t in spark.ticks] == [
+        (0, "12:00"),
+        (36, "12:15"),
+        (72, "12:30"),
+        (108, "12:45"),
+        (142, "13:00"),
+    ]
+    assert spark.axis_label == "Time (UTC)"
+    assert spark.view_height > spark.height  # the axis sits below the bars, not on them

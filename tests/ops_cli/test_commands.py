@@ -143,7 +143,9 @@ def test_show_of_an_unknown_id_is_one_line_and_exit_1(installed_database_url):
     result = command("show", "987654", url=installed_database_url)
 
     assert result.returncode == 1
-    assert "987654" in one_error_line(result.stderr)
+    line = one_error_line(result.stderr)
+    assert "987654" in line
+    assert "geneva-drive list" in line and "admin.find()" not in line  # a command, not Python
 
 
 # -- acting by id ----------------------------------------------------------------------------
@@ -202,6 +204,7 @@ def test_skip_moves_a_paused_workflow_to_the_next_step(session, installed_databa
 
     assert result.exit_code == 0, result.output
     assert _step(session, paused) == "receipt"
+    assert f"skip: workflow {paused.id} (paused at charge → ready at receipt)" in result.stdout
 
 
 def test_cancel_ends_a_workflow(session, installed_database_url):

@@ -9,7 +9,7 @@ refusal raises :class:`AdminRefused` and rolls the savepoint back: the database 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -58,6 +58,13 @@ ALLOWED: dict[str, tuple[frozenset[str], str]] = {
 }
 
 
+def actions_for(states: Iterable[str]) -> tuple[str, ...]:
+    """The actions that a workflow in one of ``states`` may accept, in :data:`ACTIONS` order
+    (pure; what a page offers — :func:`refusal` still has the last word per workflow)."""
+    wanted = set(states)
+    return tuple(action for action in ACTIONS if ALLOWED[action][0] & wanted)
+
+
 @dataclass(frozen=True)
 class ActionResult:
     workflow_id: int
@@ -65,6 +72,32 @@ class ActionResult:
     state_before: str
     state_after: str
     detail: str
+    step_before: str | None = None  # the step it stood at: its current step, else its next
+    step_after: str | None = None
+
+    @property
+    def change(self) -> str:
+        """What the action changed, in words (see :func:`describe_change`)."""
+        return describe_change(
+            self.state_before, self.state_after, self.step_before, self.step_after
+        )
+
+
+def describe_change(
+    state_before: str, state_after: str, step_before: str | None, step_after: str | None
+) -> str:
+    """``paused → ready``; ``at capture → at ship`` when only the step moved (a skip of a ready
+    workflow); ``paused at charge → ready at ship`` when both did; ``ready`` when neither."""
+    same_state = state_before == state_after
+    if step_before == step_after:
+        return state_before if same_state else f"{state_before} → {state_after}"
+
+    def side(state: str, step: str | None) -> str:
+        if same_state:
+            return f"at {step}" if step else "at no step"
+        return f"{state} at {step}" if step else state
+
+    return f"{side(state_before, step_before)} → {side(state_after, step_after)}"
 
 
 @dataclass(frozen=True)
@@ -213,7 +246,7 @@ def _act(
         workflow = as_workflow(queries.lock_workflow(session, workflow_id))
         if workflow is None:
             raise AdminNotFound(f"no workflow with id={workflow_id}; nothing to {action}")
-        before = workflow.state
+        before, step_before = workflow.state, _standing_at(workflow)
         label = f"{workflow.type} id={workflow.id}"
         current = _current(session, workflow, action)
         why = refusal(action, label, before, current)
@@ -226,7 +259,7 @@ def _act(
             # The verb re-checked under the lock and refused (or the step is gone).
             raise AdminRefused(f"{label}: {action} refused: {error}") from error
         session.flush()
-        after = workflow.state
+        after, step_after = workflow.state, _standing_at(workflow)
         q.record_action(
             session,
             {
@@ -236,11 +269,21 @@ def _act(
                 "actor": actor,
                 "reason": reason,
                 "at": now,
-                "detail": {"state_before": before, "state_after": after, "detail": detail}
+                "detail": {
+                    "state_before": before,
+                    "state_after": after,
+                    "step_before": step_before,
+                    "step_after": step_after,
+                    "detail": detail,
+                }
                 | ({k: v for k, v in args.items() if v is not None} if args else {}),
             },
         )
-    return ActionResult(workflow_id, action, before, after, detail)
+    return ActionResult(workflow_id, action, before, after, detail, step_before, step_after)
+
+
+def _standing_at(workflow: Workflow) -> str | None:
+    return workflow.current_step_name or workflow.next_step_name
 
 
 def _current(session: Session, workflow: Workflow, action: str) -> tuple[str, str | None] | None:
@@ -262,12 +305,9 @@ def _check_actor(actor: str, reason: str | None) -> None:
 
 def _verb(verb: Callable[[Workflow], Any]) -> Act:
     def act(session: Session, workflow: Workflow, now: datetime) -> tuple[str, int | None]:
-        before = workflow.state
         verb(workflow)
         current = queries.current_execution(session, workflow.id)
-        step = workflow.next_step_name
-        detail = f"{before} → {workflow.state}" + (f" (at step {step!r})" if step else "")
-        return detail, None if current is None else current.id
+        return "", None if current is None else current.id  # the result's change says it all
 
     return act
 

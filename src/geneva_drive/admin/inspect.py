@@ -93,7 +93,8 @@ def show(session: Session, workflow_id: int, *, max_executions: int = 1000) -> T
     row = q.workflow_row(session, workflow_id)
     if row is None:
         raise AdminNotFound(
-            f"no workflow with id={workflow_id}; find ids with admin.find() or `geneva-drive list`"
+            f"no workflow with id={workflow_id}; `geneva-drive list` (or the dashboard's "
+            "Workflows page) shows the ids there are"
         )
     (summary,) = summaries(session, [row])
     rows = q.timeline_executions(session, workflow_id, max_executions + 1)

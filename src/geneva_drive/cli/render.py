@@ -207,13 +207,8 @@ def _actions(actions: tuple[admin.ActionEntry, ...]) -> Group:
 
 
 def action_line(result: admin.ActionResult) -> str:
-    change = (
-        result.state_before
-        if result.state_before == result.state_after
-        else f"{result.state_before} → {result.state_after}"
-    )
     detail = f": {result.detail}" if result.detail else ""
-    return f"{result.action}: workflow {result.workflow_id} ({change}){detail}"
+    return f"{result.action}: workflow {result.workflow_id} ({result.change}){detail}"
 
 
 def _ids(ids: tuple[int, ...]) -> str:

@@ -2,7 +2,8 @@
 
 Order matters: the CSRF token is checked before anything else is read (a forged request learns
 nothing), then permission, and only then does anything touch the database. A refusal at any
-of these leaves the database as it was.
+of these leaves the database as it was. A request that proves the login token by its
+``Authorization`` header needs no CSRF token (see :mod:`.security`).
 """
 
 from __future__ import annotations
@@ -20,9 +21,15 @@ from starlette.routing import BaseRoute, Route
 
 from geneva_drive import admin
 from geneva_drive.admin import AdminInputError, AdminNotFound, AdminRefused, WorkflowFilter
-from geneva_drive.dashboard.context import Dashboard, cookie_path, set_cookie, set_flash
+from geneva_drive.dashboard.bulk import checked
+from geneva_drive.dashboard.context import (
+    Dashboard,
+    Refused,
+    cookie_path,
+    set_cookie,
+    set_flash,
+)
 from geneva_drive.dashboard.forms import FilterForm, first, parse_body
-from geneva_drive.dashboard.pages import BULK_ACTIONS
 from geneva_drive.dashboard.security import AUTH_COOKIE, CSRF_FIELD, csrf_ok
 from geneva_drive.storage.db import engine_for_workers
 
@@ -40,12 +47,6 @@ def routes(dash: Dashboard) -> list[BaseRoute]:
     return found
 
 
-class Refused(Exception):
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-
-
 @dataclass(frozen=True)
 class Form:
     items: list[tuple[str, str]]  # in order, repeated keys kept (state=…&state=…)
@@ -61,6 +62,8 @@ async def _form(dash: Dashboard, request: Request) -> Form:
         items = parse_body(await request.body())
     except AdminInputError as error:
         raise Refused(400, str(error)) from None
+    if dash.permissions.authenticated_by_header(request):
+        return Form(items)  # not forgeable by a browser: nothing for a CSRF token to prove
     if not csrf_ok(request, dash.signer, first(items, CSRF_FIELD)):
         raise Refused(
             403,
@@ -89,8 +92,8 @@ async def act(dash: Dashboard, request: Request) -> Response:
         result = await dash.write(lambda s: call(s, workflow_id))
     except Refused as refused:
         return _refused_page(dash, request, refused, back)
-    except AdminNotFound as error:
-        return dash.error(request, 404, str(error), back=dash.url(request, "workflows"))
+    except AdminNotFound:
+        return dash.not_found(request, workflow_id)
     except AdminRefused as error:
         return dash.error(request, 409, str(error), back=back)
     except AdminInputError as error:
@@ -101,14 +104,14 @@ async def act(dash: Dashboard, request: Request) -> Response:
 
 
 def _done(result: admin.ActionResult) -> str:
-    text = f"{result.action}: {result.state_before} → {result.state_after}"
+    text = f"{result.action}: {result.change}"
     return f"{text} ({result.detail})" if result.detail else text
 
 
 async def _summary(dash: Dashboard, workflow_id: int) -> admin.WorkflowSummary:
     page = await dash.read(lambda s: admin.find(s, WorkflowFilter(ids=(workflow_id,)), limit=1))
     if not page.items:
-        raise AdminNotFound(f"no workflow with id {workflow_id}")
+        raise AdminNotFound(f"no workflow with id={workflow_id}")
     return page.items[0]
 
 
@@ -149,21 +152,10 @@ async def bulk(dash: Dashboard, request: Request) -> Response:
     back = dash.url(request, "workflows")
     try:
         form = await _form(dash, request)
-        filters = FilterForm.from_items(form.items)
-        back = f"{back}?{filters.query()}"
-        action = form.get("action", "")
-        if action not in BULK_ACTIONS:
-            raise Refused(400, f"bulk action={action!r}: expected one of {', '.join(BULK_ACTIONS)}")
-        if filters.empty:
-            raise Refused(
-                400,
-                f"a bulk {action} needs at least one filter; narrow the list first, so that "
-                "acting on every workflow is never a single click",
-            )
-        where = filters.to_filter()
-        if not await dash.permissions.allows(request, action, where):
-            raise Refused(403, f"you are not allowed to {action} these workflows")
-        result = await _bulk(dash, action, where, dash.actor(request), form)
+        back = f"{back}?{FilterForm.from_items(form.items).query()}"
+        wanted = await checked(dash, request, form.items)
+        action = wanted.action
+        result = await _bulk(dash, action, wanted.where, dash.actor(request), form)
     except Refused as refused:
         return _refused_page(dash, request, refused, back)
     except AdminInputError as error:

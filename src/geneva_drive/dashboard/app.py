@@ -20,7 +20,7 @@ from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from geneva_drive.core.clock import Clock, SystemClock
-from geneva_drive.dashboard import actions, pages
+from geneva_drive.dashboard import actions, bulk, pages
 from geneva_drive.dashboard import format as fmt
 from geneva_drive.dashboard.context import Dashboard, default_actor
 from geneva_drive.dashboard.security import (
@@ -73,7 +73,12 @@ def _templates() -> Jinja2Templates:
         pretty_json=fmt.pretty_json,
         number=fmt.number,
     )
-    env.globals.update(age=fmt.age)
+    env.globals.update(
+        age=fmt.age,
+        action_change=fmt.action_change,
+        action_record=fmt.ACTION_RECORD,
+        destructive=bulk.DESTRUCTIVE,
+    )
     return Jinja2Templates(env=env)
 
 
@@ -118,7 +123,7 @@ def create_app(
         count_cap=count_cap,
         actor=actor,
     )
-    routes: list[BaseRoute] = [*pages.routes(dash), *actions.routes(dash)]
+    routes: list[BaseRoute] = [*pages.routes(dash), *bulk.routes(dash), *actions.routes(dash)]
     routes.append(Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static"))
     app = Starlette(routes=routes)
     app.add_middleware(SecurityHeaders)

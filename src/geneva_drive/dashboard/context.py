@@ -38,6 +38,14 @@ def default_actor(request: Request) -> str:
     return f"dashboard:{name}" if name else "dashboard"
 
 
+class Refused(Exception):
+    """A request the dashboard turns down before acting: its status and what to do instead."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
 @dataclass(frozen=True)
 class Dashboard:
     """What every page handler needs; one per ``create_app()`` call (no globals)."""
@@ -109,6 +117,15 @@ class Dashboard:
         if flash is not None:
             response.delete_cookie(FLASH_COOKIE, path=cookie_path(request))
         return response
+
+    def not_found(self, request: Request, workflow_id: int) -> Response:
+        """The 404 for a workflow id: what to do on this dashboard, not in Python or a shell."""
+        message = (
+            f"No workflow has id {workflow_id} (housekeeping may have deleted it, or the link "
+            "is wrong); find workflows on the Workflows page: search by hero id, or filter by "
+            "class or state"
+        )
+        return self.error(request, 404, message, back=self.url(request, "workflows"))
 
     def error(
         self, request: Request, status: int, message: str, back: str | None = None

@@ -4,8 +4,14 @@ registered as Jinja filters in ``app.py``; their output is escaped like any othe
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
+
+from geneva_drive.admin.act import describe_change
+
+# What an operator action records besides its arguments (the timeline says them in words).
+ACTION_RECORD = frozenset({"state_before", "state_after", "step_before", "step_after", "detail"})
 
 
 def timestamp(value: datetime | None) -> str:
@@ -48,3 +54,16 @@ def pretty_json(value: Any) -> str:
 
 def number(value: int) -> str:
     return f"{value:,}"
+
+
+def action_change(detail: Mapping[str, Any]) -> str:
+    """An operator action's change in words, as its flash message said it (``at approve → at
+    done``), from the detail it recorded; actions recorded before steps were, say states only."""
+    if "state_before" not in detail:
+        return ""
+    return describe_change(
+        str(detail["state_before"]),
+        str(detail.get("state_after", detail["state_before"])),
+        detail.get("step_before"),
+        detail.get("step_after"),
+    )

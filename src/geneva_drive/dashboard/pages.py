@@ -18,19 +18,12 @@ from starlette.routing import BaseRoute, Route
 
 from geneva_drive import admin
 from geneva_drive.admin import AdminInputError, AdminNotFound, WorkflowFilter
-from geneva_drive.core.states import WorkflowState
+from geneva_drive.admin.act import actions_for
+from geneva_drive.dashboard.bulk import offered
 from geneva_drive.dashboard.context import Dashboard
 from geneva_drive.dashboard.forms import STATES, FilterForm
 from geneva_drive.dashboard.sparkline import sparkline
 
-# The actions the workflow page offers in each state; the admin API has the last word (it
-# refuses what the state no longer allows by the time the form is sent).
-ACTIONS_BY_STATE: dict[str, tuple[str, ...]] = {
-    WorkflowState.READY: ("pause", "retry", "skip", "cancel", "resume_at", "signal"),
-    WorkflowState.PERFORMING: ("pause", "cancel", "signal"),
-    WorkflowState.PAUSED: ("resume", "retry", "skip", "cancel", "resume_at", "signal"),
-}
-BULK_ACTIONS = ("pause", "resume", "retry", "skip", "cancel")
 ANY_SIGNAL = "*"  # awaiting_signal: waits for any signal (see the waiting page)
 
 
@@ -90,7 +83,7 @@ async def workflows(dash: Dashboard, request: Request) -> Response:
         return dash.render(
             request, "workflows.html", _listing(form, oldest_first, error=str(error)), status=400
         )
-    bulk = [a for a in BULK_ACTIONS if await dash.permissions.allows(request, a, where)]
+    bulk = [a for a in offered(form.state) if await dash.permissions.allows(request, a, where)]
     context = _listing(form, oldest_first, page=page, matching=matching, after=after)
     return dash.render(request, "workflows.html", {**context, "bulk_actions": bulk})
 
@@ -122,12 +115,14 @@ async def workflow(dash: Dashboard, request: Request) -> Response:
     workflow_id: int = request.path_params["workflow_id"]
     try:
         timeline = await dash.read(lambda s: admin.show(s, workflow_id))
-    except AdminNotFound as error:
-        return dash.error(request, 404, str(error), back=dash.url(request, "workflows"))
+    except AdminNotFound:
+        return dash.not_found(request, workflow_id)
     summary = timeline.workflow
     allowed = [
         a
-        for a in ACTIONS_BY_STATE.get(summary.state, ())
+        # What the state allows; the admin API has the last word (it refuses what the state
+        # no longer allows by the time the form is sent).
+        for a in actions_for((summary.state,))
         if await dash.permissions.allows(request, a, summary)
     ]
     return dash.render(

@@ -3,7 +3,10 @@
 - Every POST carries a CSRF token (a signed double-submit cookie): the page puts the cookie's
   value in a hidden field, and a POST whose field does not match its cookie, or whose cookie
   was not signed by this app, is refused with 403 before anything else runs. A signature, not
-  just a random value, so a cookie planted from a sibling subdomain cannot pass.
+  just a random value, so a cookie planted from a sibling subdomain cannot pass. The one
+  exception: a POST that carries the login token in its ``Authorization: Bearer`` header (a
+  script). CSRF rides on credentials the browser attaches by itself, cookies; no page of
+  another site can make a browser send that header, so such a request cannot be forged.
 - ``authorize(request, action, target)`` decides every action; without one the dashboard is
   read-only. ``target`` is the workflow's :class:`~geneva_drive.admin.WorkflowSummary` for an
   action on one workflow, the :class:`~geneva_drive.admin.WorkflowFilter` for a bulk action.
@@ -106,11 +109,21 @@ class LoginToken:
         return hmac.compare_digest(typed.encode(), self.token.encode())
 
     def logged_in(self, request: Request) -> bool:
-        header = request.headers.get("authorization", "")
-        if header.lower().startswith("bearer "):
-            return self.matches(header[7:].strip())
+        bearer = _bearer(request)
+        if bearer is not None:  # a header, right or wrong, decides: no falling back to cookies
+            return self.matches(bearer)
         cookie = request.cookies.get(AUTH_COOKIE)
         return cookie is not None and hmac.compare_digest(cookie, self.cookie_value())
+
+    def by_header(self, request: Request) -> bool:
+        """Whether the request carries the right token in its ``Authorization`` header."""
+        bearer = _bearer(request)
+        return bearer is not None and self.matches(bearer)
+
+
+def _bearer(request: Request) -> str | None:
+    header = request.headers.get("authorization", "")
+    return header[7:].strip() if header.lower().startswith("bearer ") else None
 
 
 @dataclass(frozen=True)
@@ -123,6 +136,11 @@ class Permissions:
     @property
     def read_only(self) -> bool:
         return self.authorize is None and self.login is None
+
+    def authenticated_by_header(self, request: Request) -> bool:
+        """Whether the request proves the login token by header, which no browser sends on
+        its own: it needs no CSRF token (a cookie session does)."""
+        return self.login is not None and self.login.by_header(request)
 
     async def allows(self, request: Request, action: str, target: Any) -> bool:
         if self.read_only:

@@ -16,6 +16,8 @@ HEIGHT = 40  # viewBox units; the bars scale to the busiest bucket
 BAR = 10
 GAP = 2
 KINDS = ("success", "failed", "other")  # bottom to top
+TICK_EVERY = 3  # buckets between time labels: a quarter hour
+AXIS = 17  # viewBox units below the bars: the tick labels, then the axis's name
 
 
 @dataclass(frozen=True)
@@ -33,11 +35,23 @@ class Bar:
 
 
 @dataclass(frozen=True)
+class Tick:
+    x: int  # where the bucket starting at this time begins (the last one: where it ends)
+    label: str  # "12:15"
+
+
+@dataclass(frozen=True)
 class Sparkline:
     width: int
-    height: int
+    height: int  # of the bars; the time axis is drawn below, down to view_height
     label: str  # every bucket's numbers, for the SVG's <title> and aria-label
     bars: tuple[Bar, ...]
+    ticks: tuple[Tick, ...] = ()
+    axis_label: str = "Time (UTC)"
+
+    @property
+    def view_height(self) -> int:
+        return self.height + AXIS
 
 
 def sparkline(buckets: Sequence[OutcomeBucket]) -> Sparkline:
@@ -48,7 +62,21 @@ def sparkline(buckets: Sequence[OutcomeBucket]) -> Sparkline:
         bar.label for bar in bars
     )
     width = max(0, len(buckets) * (BAR + GAP) - GAP)
-    return Sparkline(width=width, height=HEIGHT, label=label, bars=bars)
+    return Sparkline(width=width, height=HEIGHT, label=label, bars=bars, ticks=_ticks(buckets))
+
+
+def _ticks(buckets: Sequence[OutcomeBucket]) -> tuple[Tick, ...]:
+    """A time under every quarter hour's first bar, and the hour's end under the last bar's
+    right edge (so the axis reads from an hour ago to now)."""
+    if not buckets:
+        return ()
+    ticks = [
+        Tick(n * (BAR + GAP), b.start.strftime("%H:%M"))
+        for n, b in enumerate(buckets)
+        if n % TICK_EVERY == 0
+    ]
+    end = len(buckets) * (BAR + GAP) - GAP
+    return (*ticks, Tick(end, (buckets[-1].start + BUCKET).strftime("%H:%M")))
 
 
 def _bar(x: int, bucket: OutcomeBucket, top: int) -> Bar:
