@@ -441,3 +441,19 @@ def test_a_verb_with_json_prints_what_changed_and_what_was_refused(session, inst
         (ready.id, "paused")
     ]
     assert [r[0] for r in report["refused"]] == [987654]
+
+
+def test_bulk_skips_finished_and_canceled_matches_with_a_count_and_exits_0(
+    session, installed_database_url
+):
+    ready = _ready(session)
+    canceled = _ready(session)
+    canceled.cancel()
+    session.commit()
+
+    result = invoke(installed_database_url, "cancel", "--where", "type=OpsCharge", "--yes")
+
+    assert result.exit_code == 0, result.output
+    assert "skipped 1 finished or canceled" in result.stdout
+    assert "refused" not in result.output
+    assert _state(session, ready) == "canceled"

@@ -46,6 +46,7 @@ ACTIONS = ("pause", "resume", "skip", "cancel", "retry", "resume_at", "signal")
 MAX_ACTOR = 255
 
 _READY, _PERFORMING, _PAUSED = WorkflowState.READY, WorkflowState.PERFORMING, WorkflowState.PAUSED
+_ENDED = frozenset({WorkflowState.FINISHED, WorkflowState.CANCELED})
 # Which workflow states each action accepts, and how to say it.
 ALLOWED: dict[str, tuple[frozenset[str], str]] = {
     "pause": (frozenset({_READY, _PERFORMING}), "ready or performing"),
@@ -73,6 +74,9 @@ class BulkResult:
     changed: tuple[int, ...]
     refused: tuple[tuple[int, str], ...]  # (workflow id, why)
     dry_run: bool = False
+    # Finished or canceled workflows the filter matched: no action applies to them, so they
+    # are counted and left alone, not refused one by one.
+    skipped: int = 0
 
 
 # -- the decision ----------------------------------------------------------------------------
@@ -375,18 +379,23 @@ def bulk(
 
     Each batch is its own transaction (its row locks are held until it commits, so keep
     batches small where workers are busy); a refused workflow is listed with the reason and
-    the rest go on. ``dry_run``: decide only, from the state read now, and write nothing.
+    the rest go on. Finished and canceled workflows are skipped and counted (no action
+    applies to them: a filter such as ``type=X`` matches the history too). ``dry_run``:
+    decide only, from the state read now, and write nothing.
     """
     _check_bulk(action, batch_size, action_args)
     _check_actor(actor, reason)
     make_session = bind if isinstance(bind, sessionmaker) else sessionmaker(bind)
-    matched, changed, refused = 0, [], []
+    matched, skipped, changed, refused = 0, 0, [], []
     cursor = None
     while True:
         with make_session() as session:
             page = find(session, where, newest_first=False, limit=batch_size, after=cursor)
             for item in page.items:
                 matched += 1
+                if item.state in _ENDED:
+                    skipped += 1
+                    continue
                 why = _one(session, action, item.id, actor, reason, dry_run, action_args)
                 if why is None:
                     changed.append(item.id)
@@ -396,7 +405,7 @@ def bulk(
                 session.commit()
         cursor = page.next_cursor
         if cursor is None:
-            return BulkResult(matched, tuple(changed), tuple(refused), dry_run)
+            return BulkResult(matched, tuple(changed), tuple(refused), dry_run, skipped)
 
 
 def _one(

@@ -229,6 +229,8 @@ def bulk_lines(action: str, result: admin.BulkResult) -> str:
     lines = [f"{result.matched} workflow(s) match"]
     if result.changed:
         lines.append(f"{verb}: {len(result.changed)} ({_ids(result.changed)})")
+    if result.skipped:
+        lines.append(f"skipped {result.skipped} finished or canceled (no action applies)")
     if result.refused:
         lines.append(f"{'would refuse' if result.dry_run else 'refused'}: {len(result.refused)}")
         lines += [f"  workflow {id_}: {why}" for id_, why in result.refused[:SHOWN_IDS]]
