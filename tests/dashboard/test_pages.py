@@ -108,6 +108,19 @@ def test_the_workflow_page_shows_the_timeline_error_backtrace_signals_and_steps(
     assert 'data-signal-id="' in waiting and ">note<" in waiting
 
 
+def test_the_workflow_page_shows_the_step_a_workflow_stands_at(
+    client_for, scenario
+):
+    client = client_for()
+
+    paused = client.get(f"/workflows/{scenario.failed}").text  # stopped at charge
+    waiting = client.get(f"/workflows/{scenario.waiting}").text  # ready, parked at approve
+    assert "at <strong data-current-step>charge</strong>" in paused
+    assert "at <strong data-current-step>approve</strong>" in waiting
+    assert 'aria-current="step">charge<' in paused
+    assert "next:" not in paused + waiting
+
+
 def test_the_workflow_page_offers_the_actions_its_state_allows(client_for, scenario):
     client = client_for(authorize=allow_everything)
     paused = client.get(f"/workflows/{scenario.failed}").text

@@ -457,3 +457,21 @@ def test_bulk_skips_finished_and_canceled_matches_with_a_count_and_exits_0(
     assert "skipped 1 finished or canceled" in result.stdout
     assert "refused" not in result.output
     assert _state(session, ready) == "canceled"
+
+
+def test_list_json_and_show_give_the_step_a_workflow_stands_at_as_current_step(
+    session, installed_database_url
+):
+    paused = _paused(session)  # stopped at charge
+    ready = _ready(session)  # at prepare
+
+    listed = invoke_json(installed_database_url, "list")["items"]
+    shown = invoke_json(installed_database_url, "show", str(paused.id))["workflow"]
+    filtered = invoke_json(installed_database_url, "list", "--where", "current_step=charge")
+
+    assert {i["id"]: i["current_step"] for i in listed} == {
+        paused.id: "charge",
+        ready.id: "prepare",
+    }
+    assert shown["current_step"] == "charge"
+    assert [i["id"] for i in filtered["items"]] == [paused.id]

@@ -76,7 +76,7 @@ def page(found: admin.Page, total: admin.BoundedCount | None) -> RenderableType:
             str(item.id),
             item.workflow_type,
             item.state,
-            item.current_step or item.next_step or "",
+            item.current_step or "",
             _hero(item),
             item.awaiting_signal or "",
             item.last_error_class or "",
@@ -94,7 +94,7 @@ def page(found: admin.Page, total: admin.BoundedCount | None) -> RenderableType:
 
 def timeline(t: admin.Timeline) -> RenderableType:
     wf = t.workflow
-    at = wf.current_step or wf.next_step
+    at = wf.current_step
     head = [
         Text(f"workflow {wf.id}  {wf.workflow_type}  {wf.state}", style="bold"),
         Text(f"hero: {_hero(wf) or '-'}   at step: {at or '-'}"),
