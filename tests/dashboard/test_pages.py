@@ -260,3 +260,18 @@ def test_the_time_filters_narrow_by_creation_and_by_the_last_transition(
         "/workflows", params={"changed_before": later.isoformat(), "state": "finished"}
     ).text
     assert ids_listed(changed) == [scenario.finished]
+
+
+def test_the_workflow_page_shows_a_reattempted_executions_error_inline(client_for, session):
+    from tests.admin.apps import AdminRetries
+
+    workflow = AdminRetries.create(session, hero=Order(status="busy"))
+    session.commit()
+    perform_next_step(workflow, raise_errors=False)  # raised, reattempted: nothing failed
+    session.commit()
+
+    html = client_for().get(f"/workflows/{workflow.id}").text
+
+    line = re.search(r'<p class="error-line" data-error>(.*?)</p>', html, re.S)
+    assert line is not None
+    assert "ConnectionError" in line.group(1) and "gateway busy, try later" in line.group(1)

@@ -475,3 +475,24 @@ def test_list_json_and_show_give_the_step_a_workflow_stands_at_as_current_step(
     }
     assert shown["current_step"] == "charge"
     assert [i["id"] for i in filtered["items"]] == [paused.id]
+
+
+def test_show_prints_each_executions_error_inline_a_reattempted_ones_too(
+    session, installed_database_url
+):
+    from geneva_drive.testing import perform_next_step
+    from tests.admin.apps import AdminRetries
+    from tests.support.app import Order
+
+    order = Order(status="busy")
+    session.add(order)
+    workflow = AdminRetries.create(session, hero=order)
+    session.commit()
+    perform_next_step(workflow, raise_errors=False)  # raised, reattempted: nothing failed
+    session.commit()
+
+    result = invoke(installed_database_url, "show", str(workflow.id))
+
+    assert result.exit_code == 0, result.output
+    (row,) = [line for line in result.stdout.splitlines() if "reattempted" in line]
+    assert "ConnectionError: gateway busy, try later" in row

@@ -16,6 +16,7 @@ from geneva_drive import admin
 from geneva_drive.runtime.deploy_check import Report
 
 SHOWN_IDS = 20  # ids listed by a bulk action's summary before "… and N more"
+ERROR_CHARACTERS = 120  # of an error message in the executions table
 
 
 def when(at: datetime | None) -> str:
@@ -154,9 +155,19 @@ def _executions(t: admin.Timeline) -> Group:
             short(e.scheduled_for),
             short(e.started_at),
             age(e.duration_seconds),
-            e.error_class or "",
+            _error(e),
         )
     return _section(title, table)
+
+
+def _error(e: admin.ExecutionEntry) -> str:
+    """``Class: message`` (its first line, cut at ERROR_CHARACTERS); the backtrace is below."""
+    if not e.error_class:
+        return ""
+    message = (e.error_message or "").strip().split("\n", 1)[0]
+    if len(message) > ERROR_CHARACTERS:
+        message = message[: ERROR_CHARACTERS - 1] + "…"
+    return f"{e.error_class}: {message}" if message else e.error_class
 
 
 def _failure(e: admin.ExecutionEntry) -> list[RenderableType]:
