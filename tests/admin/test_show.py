@@ -87,7 +87,7 @@ def test_signals_show_their_state_key_payload_preview_and_who_claimed_and_consum
 ):
     wf = make(AdminWaits, run=2)
     wf.signal("approved", payload={"by": "ops", "note": "x" * 500}, idempotency_key="evt-1")
-    wf.signal("unrelated", payload=None)
+    wf.signal("unrelated", payload=None, allow_unknown=True)
     session.commit()
     perform_next_step(wf)  # approve runs with the signal
 

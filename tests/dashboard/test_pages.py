@@ -108,9 +108,7 @@ def test_the_workflow_page_shows_the_timeline_error_backtrace_signals_and_steps(
     assert 'data-signal-id="' in waiting and ">note<" in waiting
 
 
-def test_the_workflow_page_shows_the_step_a_workflow_stands_at(
-    client_for, scenario
-):
+def test_the_workflow_page_shows_the_step_a_workflow_stands_at(client_for, scenario):
     client = client_for()
 
     paused = client.get(f"/workflows/{scenario.failed}").text  # stopped at charge
@@ -207,6 +205,25 @@ def test_a_signal_sent_from_the_page_reaches_the_waiting_workflow(client_for, se
     session.commit()
     sent = session.scalars(select(Signal).where(Signal.workflow_id == scenario.waiting)).all()
     assert {s.name: s.payload for s in sent}["approval"] == {"ok": True}
+
+
+def test_a_signal_no_step_waits_for_is_refused_on_the_page_naming_what_it_waits_for(
+    client_for, session, scenario
+):
+    client = client_for(authorize=allow_everything)
+    before = session.scalars(select(Signal).where(Signal.workflow_id == scenario.waiting)).all()
+
+    refused = client.post(
+        f"/workflows/{scenario.waiting}/act",
+        data={"action": "signal", "signal_name": "aproval", "csrf_token": csrf(client)},
+    )
+
+    assert refused.status_code == 400
+    assert "signal &#39;aproval&#39;: no step of DashApproval waits for it" in refused.text
+    assert "its steps wait for &#39;approval&#39;" in refused.text
+    session.commit()
+    after = session.scalars(select(Signal).where(Signal.workflow_id == scenario.waiting)).all()
+    assert len(after) == len(before)
 
 
 def test_a_signal_payload_that_is_not_json_is_refused_with_an_example(client_for, scenario):

@@ -31,6 +31,7 @@ from geneva_drive.core.errors import (
 )
 from geneva_drive.core.settings import settings
 from geneva_drive.core.states import ExecutionState, WorkflowState
+from geneva_drive.definition.matchers import unknown_signal
 from geneva_drive.definition.workflow import Workflow, as_workflow
 from geneva_drive.engine import operations, outcomes, scheduling, signals, writer
 from geneva_drive.engine.outcomes import Next
@@ -178,14 +179,18 @@ def signal(
     *,
     payload: Any = None,
     key: str | None = None,
+    allow_unknown: bool = False,
     actor: str,
     reason: str | None = None,
 ) -> ActionResult:
-    """Deliver signal ``name`` as the application would (``Workflow.signal``)."""
+    """Deliver signal ``name`` as the application would (``Workflow.signal``): a name no step
+    of the class waits for is refused (``AdminInputError``) unless ``allow_unknown``."""
 
     def act(session: Session, workflow: Workflow, now: datetime) -> tuple[str, int | None]:
         try:
-            delivered = signals.deliver_signal(workflow, name, payload=payload, idempotency_key=key)
+            delivered = signals.deliver_signal(
+                workflow, name, payload=payload, idempotency_key=key, allow_unknown=allow_unknown
+            )
         except (ValueError, SerializationError, PayloadTooLargeError) as error:
             raise AdminInputError(str(error)) from None
         if delivered.duplicate_delivery:
@@ -361,7 +366,10 @@ _BY_ID: dict[str, Callable[..., ActionResult]] = {
     "resume_at": resume_at,
     "signal": signal,
 }
-_ARGS = {"resume_at": ({"step"}, {"step"}), "signal": ({"name"}, {"name", "payload", "key"})}
+_ARGS = {
+    "resume_at": ({"step"}, {"step"}),
+    "signal": ({"name"}, {"name", "payload", "key", "allow_unknown"}),
+}
 
 
 def bulk(
@@ -437,6 +445,8 @@ def _would_refuse(
     why = refusal(action, label, workflow.state, _current(session, workflow, action))
     if why is None and action == "resume_at":  # the step is the class's to know, per row
         return _unknown_step(workflow, args["step"])
+    if why is None and action == "signal" and not args.get("allow_unknown"):
+        return unknown_signal(type(workflow), label, args["name"])  # so is the signal name
     return why
 
 
