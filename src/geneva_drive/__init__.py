@@ -17,6 +17,7 @@ from geneva_drive.core.errors import (
     StepExecutionError,
     StepNotDefinedError,
     UnitOfWorkError,
+    UnknownSignal,
     WorkerCrashed,
     WorkflowAlreadyOngoing,
     WorkflowNotOngoing,
@@ -25,10 +26,10 @@ from geneva_drive.core.events import subscribe
 from geneva_drive.core.settings import Settings, settings, with_inline_enqueue
 from geneva_drive.core.shutdown import clear_shutdown_request, request_shutdown, shutdown_requested
 from geneva_drive.core.states import ExecutionState, Outcome, WorkflowState
+from geneva_drive.definition.matchers import SignalMatcher
 from geneva_drive.definition.policy import ExceptionPolicy, exponential_backoff
 from geneva_drive.definition.ports import install_verbs
 from geneva_drive.definition.steps import (
-    SignalMatcher,
     StepDefinition,
     removed_step,
     repeat_step,
@@ -72,6 +73,7 @@ __all__ = [
     "StepNotDefinedError",
     "SystemClock",
     "UnitOfWorkError",
+    "UnknownSignal",
     "WorkerCrashed",
     "Workflow",
     "WorkflowAlreadyOngoing",

@@ -93,12 +93,13 @@ def _current(workflow: Workflow) -> StepExecution | None:
     execution = queries.current_execution(workflow.session, workflow.id)
     if execution is not None and execution.state == ExecutionState.WAITING:
         step_def = workflow.steps.named(execution.step_name)
-        matcher = step_def.signal_matcher if step_def else None
-        name = getattr(matcher, "name", matcher)
+        names = step_def.signal_names if step_def else None
+        name = names[0] if names else "<name>"
         raise AssertionError(
             f"{type(workflow).__name__} id={workflow.id}: cannot drive step "
-            f"{execution.step_name!r}: its execution is parked waiting for {matcher!r}. Deliver "
-            f"the signal first, e.g. workflow.signal({name!r}) and commit"
+            f"{execution.step_name!r}: its execution is parked waiting for "
+            f"{execution.awaiting_signal!r}. Deliver the signal first, e.g. "
+            f"workflow.signal({name!r}) and commit"
         )
     return execution
 
@@ -270,9 +271,12 @@ def assert_waiting_for_signal(workflow: Workflow, signal_name: str | None = None
             f"{type(workflow).__name__} id={workflow.id}: no execution is waiting for a signal"
         )
         if signal_name is not None:
+            # The names its matcher accepts (None: any, see definition.matchers).
             step_def = workflow.steps.named(current.step_name)
-            name = getattr(step_def.signal_matcher if step_def else None, "name", None)
-            assert name == signal_name, f"waiting for {name!r}, not {signal_name!r}"
+            names = step_def.signal_names if step_def else ()
+            assert names is None or signal_name in names, (
+                f"waiting for {current.awaiting_signal!r}, not {signal_name!r}"
+            )
 
 
 def assert_signal_state(workflow: Workflow, signal_name: str, state: str) -> None:

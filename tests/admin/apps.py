@@ -58,3 +58,12 @@ class AdminWaitsForever(Workflow):
     @step(wait_for="shipped")
     def wait_for_it(self) -> None:
         pass
+
+
+class AdminRetries(Workflow):
+    """``charge`` raises while its hero's status is "busy" and is reattempted (no failure)."""
+
+    @step(on_exception="reattempt")
+    def charge(self) -> None:
+        if self.hero.status == "busy":
+            raise ConnectionError("gateway busy, try later")

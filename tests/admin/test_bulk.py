@@ -67,3 +67,25 @@ def test_bulk_passes_the_actions_arguments_and_refuses_unknown_ones(session, mak
         admin.bulk(gd.engine, "pause", WorkflowFilter(), actor="ops", step="x")
     with pytest.raises(AdminInputError, match="unknown action"):
         admin.bulk(gd.engine, "explode", WorkflowFilter(), actor="ops")
+
+
+def test_bulk_skips_finished_and_canceled_matches_with_a_count_not_a_refusal_each(
+    session, make, gd
+):
+    ready = make(AdminThreeSteps, run=1).id
+    make(AdminThreeSteps, run="all")  # finished
+    canceled = make(AdminThreeSteps, run=1)
+    admin.cancel(session, canceled.id, actor="ops")
+    session.commit()
+    where = WorkflowFilter(workflow_type="AdminThreeSteps")
+
+    preview = admin.bulk(gd.engine, "cancel", where, actor="ops", dry_run=True)
+    result = admin.bulk(gd.engine, "cancel", where, actor="ops")
+
+    for outcome in (preview, result):
+        assert outcome.matched == 3
+        assert outcome.changed == (ready,)
+        assert outcome.refused == ()
+        assert outcome.skipped == 2
+    assert _states(session, [ready]) == ["canceled"]
+    assert [a.action for a in admin.show(session, canceled.id).actions] == ["cancel"]

@@ -63,7 +63,7 @@ def test_a_summary_carries_the_rows_plain_values(session, make):
         state="ready",
         hero_type="Order",
         hero_id=wf.hero_id,
-        current_step=None,
+        current_step="second",
         next_step="second",
         created_at=wf.created_at,
         transitioned_at=None,
@@ -72,6 +72,30 @@ def test_a_summary_carries_the_rows_plain_values(session, make):
         wait_deadline=None,
         last_error_class=None,
     )
+
+
+def test_current_step_is_the_step_the_current_step_filter_matches_in_every_state(session, make):
+    ready = make(AdminThreeSteps, run=1)  # ready at "second"
+    paused = make(AdminFlaky, run=2)  # failed at "charge": paused
+    waiting = make(AdminWaits, run=2)  # parked at "approve"
+    canceled = make(AdminThreeSteps, run=1)
+    admin.cancel(session, canceled.id, actor="ops")  # stopped at "second"
+    finished = make(AdminThreeSteps, run="all")
+    session.commit()
+
+    steps = {item.id: item.current_step for item in admin.find(session).items}
+
+    assert steps == {
+        ready.id: "second",
+        paused.id: "charge",
+        waiting.id: "approve",
+        canceled.id: "second",
+        finished.id: None,
+    }
+    for workflow_id, step_name in steps.items():
+        if step_name is not None:
+            matching = _ids(admin.find(session, WorkflowFilter(current_step=step_name)))
+            assert workflow_id in matching
 
 
 def test_each_filter_selects_only_its_workflows(session, make, clock):

@@ -11,7 +11,7 @@ import pytest
 from geneva_drive import Workflow, admin, resumable_step
 from geneva_drive.admin import AdminNotFound
 from geneva_drive.testing import perform_next_step
-from tests.admin.apps import AdminFlaky, AdminThreeSteps, AdminWaits
+from tests.admin.apps import AdminFlaky, AdminRetries, AdminThreeSteps, AdminWaits
 from tests.support.app import Order
 
 
@@ -22,6 +22,18 @@ class AdminShowResumable(Workflow):
     def walk(self, it: Any) -> None:
         for _ in it.iterate_over(range(10)):
             pass
+
+
+def test_a_reattempted_execution_carries_its_error_class_message_and_backtrace(session, make):
+    wf = make(AdminRetries, status="busy", run=1)  # raised; reattempted, nothing failed
+
+    (reattempted, scheduled) = admin.show(session, wf.id).executions
+
+    assert (reattempted.state, reattempted.outcome) == ("completed", "reattempted")
+    assert reattempted.error_class == "ConnectionError"
+    assert reattempted.error_message == "gateway busy, try later"
+    assert "ConnectionError: gateway busy, try later" in (reattempted.error_backtrace or "")
+    assert (scheduled.error_class, scheduled.error_message) == (None, None)
 
 
 def test_show_lists_every_execution_in_order_with_attempts_errors_and_durations(
@@ -75,7 +87,7 @@ def test_signals_show_their_state_key_payload_preview_and_who_claimed_and_consum
 ):
     wf = make(AdminWaits, run=2)
     wf.signal("approved", payload={"by": "ops", "note": "x" * 500}, idempotency_key="evt-1")
-    wf.signal("unrelated", payload=None)
+    wf.signal("unrelated", payload=None, allow_unknown=True)
     session.commit()
     perform_next_step(wf)  # approve runs with the signal
 

@@ -123,6 +123,17 @@ def test_the_workflow_page_shows_the_timeline_error_backtrace_signals_and_steps(
     assert 'data-signal-id="' in waiting and ">note<" in waiting
 
 
+def test_the_workflow_page_shows_the_step_a_workflow_stands_at(client_for, scenario):
+    client = client_for()
+
+    paused = client.get(f"/workflows/{scenario.failed}").text  # stopped at charge
+    waiting = client.get(f"/workflows/{scenario.waiting}").text  # ready, parked at approve
+    assert "at <strong data-current-step>charge</strong>" in paused
+    assert "at <strong data-current-step>approve</strong>" in waiting
+    assert 'aria-current="step">charge<' in paused
+    assert "next:" not in paused + waiting
+
+
 def test_the_workflow_page_offers_the_actions_its_state_allows(client_for, scenario):
     client = client_for(authorize=allow_everything)
     paused = client.get(f"/workflows/{scenario.failed}").text
@@ -233,6 +244,25 @@ def test_a_signal_sent_from_the_page_reaches_the_waiting_workflow(client_for, se
     assert {s.name: s.payload for s in sent}["approval"] == {"ok": True}
 
 
+def test_a_signal_no_step_waits_for_is_refused_on_the_page_naming_what_it_waits_for(
+    client_for, session, scenario
+):
+    client = client_for(authorize=allow_everything)
+    before = session.scalars(select(Signal).where(Signal.workflow_id == scenario.waiting)).all()
+
+    refused = client.post(
+        f"/workflows/{scenario.waiting}/act",
+        data={"action": "signal", "signal_name": "aproval", "csrf_token": csrf(client)},
+    )
+
+    assert refused.status_code == 400
+    assert "signal &#39;aproval&#39;: no step of DashApproval waits for it" in refused.text
+    assert "its steps wait for &#39;approval&#39;" in refused.text
+    session.commit()
+    after = session.scalars(select(Signal).where(Signal.workflow_id == scenario.waiting)).all()
+    assert len(after) == len(before)
+
+
 def test_a_signal_payload_that_is_not_json_is_refused_with_an_example(client_for, scenario):
     client = client_for(authorize=allow_everything)
     refused = client.post(
@@ -284,3 +314,18 @@ def test_the_time_filters_narrow_by_creation_and_by_the_last_transition(
         "/workflows", params={"changed_before": later.isoformat(), "state": "finished"}
     ).text
     assert ids_listed(changed) == [scenario.finished]
+
+
+def test_the_workflow_page_shows_a_reattempted_executions_error_inline(client_for, session):
+    from tests.admin.apps import AdminRetries
+
+    workflow = AdminRetries.create(session, hero=Order(status="busy"))
+    session.commit()
+    perform_next_step(workflow, raise_errors=False)  # raised, reattempted: nothing failed
+    session.commit()
+
+    html = client_for().get(f"/workflows/{workflow.id}").text
+
+    line = re.search(r'<p class="error-line" data-error>(.*?)</p>', html, re.S)
+    assert line is not None
+    assert "ConnectionError" in line.group(1) and "gateway busy, try later" in line.group(1)

@@ -31,6 +31,7 @@ EXPECTED_PUBLIC_NAMES = [
     "StepNotDefinedError",
     "SystemClock",
     "UnitOfWorkError",
+    "UnknownSignal",
     "WorkerCrashed",
     "Workflow",
     "WorkflowAlreadyOngoing",

@@ -37,6 +37,22 @@ class OpsCharge(Workflow):
         pass
 
 
+class OpsApproval(Workflow):
+    """Waits for ``approved``."""
+
+    may_proceed_without_hero = True
+
+    @step(wait_for="approved")
+    def approve(self) -> None:
+        pass
+
+
+def _awaiting_approval(session: Any) -> Workflow:
+    workflow = OpsApproval.create(session)
+    session.commit()
+    return workflow
+
+
 def _paused(session: Any) -> Workflow:
     """A workflow paused by charge's failure (the step is kept for resume)."""
     OpsCharge.failing = True
@@ -237,7 +253,7 @@ def test_resume_at_an_unknown_step_is_refused_with_the_known_steps(session, inst
 
 
 def test_signal_delivers_a_payload_with_an_idempotency_key(session, installed_database_url):
-    workflow = _ready(session)
+    workflow = _awaiting_approval(session)
 
     result = invoke(
         installed_database_url,
@@ -292,14 +308,14 @@ def test_resume_at_with_where_dry_run_refuses_a_step_the_class_does_not_have(
 
 
 def test_signal_with_where_delivers_to_every_match(session, installed_database_url):
-    ready = [_ready(session), _ready(session)]
+    ready = [_awaiting_approval(session), _awaiting_approval(session)]
 
     result = invoke(
         installed_database_url,
         "signal",
         "approved",
         "--where",
-        "type=OpsCharge",
+        "type=OpsApproval",
         "--payload",
         '{"by": "bob"}',
         "--yes",
@@ -444,3 +460,78 @@ def test_a_verb_with_json_prints_what_changed_and_what_was_refused(session, inst
         (ready.id, "paused")
     ]
     assert [r[0] for r in report["refused"]] == [987654]
+
+
+def test_bulk_skips_finished_and_canceled_matches_with_a_count_and_exits_0(
+    session, installed_database_url
+):
+    ready = _ready(session)
+    canceled = _ready(session)
+    canceled.cancel()
+    session.commit()
+
+    result = invoke(installed_database_url, "cancel", "--where", "type=OpsCharge", "--yes")
+
+    assert result.exit_code == 0, result.output
+    assert "skipped 1 finished or canceled" in result.stdout
+    assert "refused" not in result.output
+    assert _state(session, ready) == "canceled"
+
+
+def test_list_json_and_show_give_the_step_a_workflow_stands_at_as_current_step(
+    session, installed_database_url
+):
+    paused = _paused(session)  # stopped at charge
+    ready = _ready(session)  # at prepare
+
+    listed = invoke_json(installed_database_url, "list")["items"]
+    shown = invoke_json(installed_database_url, "show", str(paused.id))["workflow"]
+    filtered = invoke_json(installed_database_url, "list", "--where", "current_step=charge")
+
+    assert {i["id"]: i["current_step"] for i in listed} == {
+        paused.id: "charge",
+        ready.id: "prepare",
+    }
+    assert shown["current_step"] == "charge"
+    assert [i["id"] for i in filtered["items"]] == [paused.id]
+
+
+def test_show_prints_each_executions_error_inline_a_reattempted_ones_too(
+    session, installed_database_url
+):
+    from geneva_drive.testing import perform_next_step
+    from tests.admin.apps import AdminRetries
+    from tests.support.app import Order
+
+    order = Order(status="busy")
+    session.add(order)
+    workflow = AdminRetries.create(session, hero=order)
+    session.commit()
+    perform_next_step(workflow, raise_errors=False)  # raised, reattempted: nothing failed
+    session.commit()
+
+    result = invoke(installed_database_url, "show", str(workflow.id))
+
+    assert result.exit_code == 0, result.output
+    (row,) = [line for line in result.stdout.splitlines() if "reattempted" in line]
+    assert "ConnectionError: gateway busy, try later" in row
+
+
+def test_a_signal_no_step_waits_for_is_refused_with_exit_1_naming_what_the_class_waits_for(
+    session, installed_database_url
+):
+    workflow = _awaiting_approval(session)
+
+    typo = invoke(installed_database_url, "signal", str(workflow.id), "aproved")
+    allowed = invoke(
+        installed_database_url, "signal", str(workflow.id), "escalated", "--allow-unknown"
+    )
+
+    assert typo.exit_code == 1
+    assert f"refused: workflow {workflow.id}: OpsApproval id={workflow.id}: signal 'aproved'" in (
+        typo.stderr
+    )
+    assert "no step of OpsApproval waits for it; its steps wait for 'approved'" in typo.stderr
+    assert allowed.exit_code == 0, allowed.output
+    signals = invoke_json(installed_database_url, "show", str(workflow.id))["signals"]
+    assert [s["name"] for s in signals] == ["escalated"]

@@ -293,3 +293,56 @@ def test_paused_workflows_at_a_step_that_is_gone_are_told_to_resume_at_a_step_th
         "geneva-drive resume-at pack --where type=DeployShipping --where current_step=packing"
         in finding.fix
     )
+
+
+def _suggested(fix: str) -> list[str]:
+    """The ``geneva-drive …`` command a fix suggests, as arguments."""
+    command = fix.split("geneva-drive ", 1)[1].split(";")[0]
+    return command.split()
+
+
+def test_a_fixs_bulk_command_selects_the_in_flight_rows_only_and_succeeds(
+    session, installed_database_url
+):
+    from tests.ops_cli._support import invoke
+
+    stranded = DeployShipping.create(session)
+    ended = DeployShipping.create(session)
+    session.commit()
+    ended.cancel()
+    session.commit()
+    for workflow in (stranded, ended):
+        _move_to_step(session, workflow, "packing")
+    report = _report(session)
+    (finding,) = [f for f in report.findings if f.group.step == "packing"]
+    arguments = _suggested(finding.fix.split("move them there: ")[1])
+
+    result = invoke(installed_database_url, *arguments, "--yes")
+
+    assert arguments[:2] == ["resume-at", "pack"]
+    assert "state=ready,paused" in arguments
+    assert result.exit_code == 0, result.output
+    assert "1 workflow(s) match" in result.stdout and "refused" not in result.output
+    session.expire_all()
+    assert (session.get(Workflow, stranded.id).state, session.get(Workflow, ended.id).state) == (
+        "ready",
+        "canceled",
+    )
+
+
+def test_the_fixs_commands_name_the_states_their_verb_acts_on():
+    code = LoadedCode(workflows={"DeployShipping": DeployShipping}, hero_types=())
+    gone = InFlightGroup("DeployGone", None, "x", "scheduled", 1, 3)
+    paused = InFlightGroup("DeployShipping", None, "weigh", "paused", 1, 4)
+
+    (unknown_type,) = assess([gone], code).findings
+    (gravestone,) = assess([paused], code).findings
+
+    assert (
+        "geneva-drive cancel --where type=DeployGone --where state=ready,performing,paused"
+        in unknown_type.fix
+    )
+    assert (
+        "geneva-drive skip --where type=DeployShipping --where current_step=weigh "
+        "--where state=paused" in gravestone.fix
+    )

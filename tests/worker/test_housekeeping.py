@@ -60,7 +60,7 @@ def _finished(session, cls=HousekeepingTwoSteps, signals: int = 0) -> Workflow:
     wf = cls.create(session, allow_multiple=True)
     session.commit()
     for n in range(signals):
-        wf.signal("ping", idempotency_key=str(n))
+        wf.signal("ping", idempotency_key=str(n), allow_unknown=True)  # rows to clean up
     session.commit()
     speedrun(wf)
     assert state_of(session, wf) == "finished"

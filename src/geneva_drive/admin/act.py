@@ -31,6 +31,7 @@ from geneva_drive.core.errors import (
 )
 from geneva_drive.core.settings import settings
 from geneva_drive.core.states import ExecutionState, WorkflowState
+from geneva_drive.definition.matchers import unknown_signal
 from geneva_drive.definition.workflow import Workflow, as_workflow
 from geneva_drive.engine import operations, outcomes, scheduling, signals, writer
 from geneva_drive.engine.outcomes import Next
@@ -46,6 +47,7 @@ ACTIONS = ("pause", "resume", "skip", "cancel", "retry", "resume_at", "signal")
 MAX_ACTOR = 255
 
 _READY, _PERFORMING, _PAUSED = WorkflowState.READY, WorkflowState.PERFORMING, WorkflowState.PAUSED
+_ENDED = frozenset({WorkflowState.FINISHED, WorkflowState.CANCELED})
 # Which workflow states each action accepts, and how to say it.
 ALLOWED: dict[str, tuple[frozenset[str], str]] = {
     "pause": (frozenset({_READY, _PERFORMING}), "ready or performing"),
@@ -106,6 +108,9 @@ class BulkResult:
     changed: tuple[int, ...]
     refused: tuple[tuple[int, str], ...]  # (workflow id, why)
     dry_run: bool = False
+    # Finished or canceled workflows the filter matched: no action applies to them, so they
+    # are counted and left alone, not refused one by one.
+    skipped: int = 0
 
 
 # -- the decision ----------------------------------------------------------------------------
@@ -207,14 +212,18 @@ def signal(
     *,
     payload: Any = None,
     key: str | None = None,
+    allow_unknown: bool = False,
     actor: str,
     reason: str | None = None,
 ) -> ActionResult:
-    """Deliver signal ``name`` as the application would (``Workflow.signal``)."""
+    """Deliver signal ``name`` as the application would (``Workflow.signal``): a name no step
+    of the class waits for is refused (``AdminInputError``) unless ``allow_unknown``."""
 
     def act(session: Session, workflow: Workflow, now: datetime) -> tuple[str, int | None]:
         try:
-            delivered = signals.deliver_signal(workflow, name, payload=payload, idempotency_key=key)
+            delivered = signals.deliver_signal(
+                workflow, name, payload=payload, idempotency_key=key, allow_unknown=allow_unknown
+            )
         except (ValueError, SerializationError, PayloadTooLargeError) as error:
             raise AdminInputError(str(error)) from None
         if delivered.duplicate_delivery:
@@ -397,7 +406,10 @@ _BY_ID: dict[str, Callable[..., ActionResult]] = {
     "resume_at": resume_at,
     "signal": signal,
 }
-_ARGS = {"resume_at": ({"step"}, {"step"}), "signal": ({"name"}, {"name", "payload", "key"})}
+_ARGS = {
+    "resume_at": ({"step"}, {"step"}),
+    "signal": ({"name"}, {"name", "payload", "key", "allow_unknown"}),
+}
 
 
 def bulk(
@@ -415,18 +427,23 @@ def bulk(
 
     Each batch is its own transaction (its row locks are held until it commits, so keep
     batches small where workers are busy); a refused workflow is listed with the reason and
-    the rest go on. ``dry_run``: decide only, from the state read now, and write nothing.
+    the rest go on. Finished and canceled workflows are skipped and counted (no action
+    applies to them: a filter such as ``type=X`` matches the history too). ``dry_run``:
+    decide only, from the state read now, and write nothing.
     """
     _check_bulk(action, batch_size, action_args)
     _check_actor(actor, reason)
     make_session = bind if isinstance(bind, sessionmaker) else sessionmaker(bind)
-    matched, changed, refused = 0, [], []
+    matched, skipped, changed, refused = 0, 0, [], []
     cursor = None
     while True:
         with make_session() as session:
             page = find(session, where, newest_first=False, limit=batch_size, after=cursor)
             for item in page.items:
                 matched += 1
+                if item.state in _ENDED:
+                    skipped += 1
+                    continue
                 why = _one(session, action, item.id, actor, reason, dry_run, action_args)
                 if why is None:
                     changed.append(item.id)
@@ -436,7 +453,7 @@ def bulk(
                 session.commit()
         cursor = page.next_cursor
         if cursor is None:
-            return BulkResult(matched, tuple(changed), tuple(refused), dry_run)
+            return BulkResult(matched, tuple(changed), tuple(refused), dry_run, skipped)
 
 
 def _one(
@@ -468,6 +485,8 @@ def _would_refuse(
     why = refusal(action, label, workflow.state, _current(session, workflow, action))
     if why is None and action == "resume_at":  # the step is the class's to know, per row
         return _unknown_step(workflow, args["step"])
+    if why is None and action == "signal" and not args.get("allow_unknown"):
+        return unknown_signal(type(workflow), label, args["name"])  # so is the signal name
     return why
 
 

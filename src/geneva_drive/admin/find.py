@@ -30,8 +30,10 @@ class WorkflowSummary:
     state: str
     hero_type: str | None
     hero_id: str | None
+    # The step it stands at: the one it performs, will run (ready, waiting) or stopped at
+    # (paused, canceled); None once finished. What the ``current_step`` filter matches.
     current_step: str | None
-    next_step: str | None
+    next_step: str | None  # the stored next_step_name column, as it is; read current_step
     created_at: datetime
     transitioned_at: datetime | None
     updated_at: datetime
@@ -93,7 +95,7 @@ def _summary(row: Any, wait: tuple[Any, Any, Any], error: str | None) -> Workflo
         state=row.state,
         hero_type=row.hero_type,
         hero_id=row.hero_id,
-        current_step=row.current_step_name,
+        current_step=row.current_step_name or row.next_step_name,
         next_step=row.next_step_name,
         created_at=row.created_at,
         transitioned_at=row.transitioned_at,

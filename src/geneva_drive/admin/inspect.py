@@ -156,6 +156,8 @@ def _entry(row: Any, metadata: dict[str, Any], attempt: int, timer: bool) -> Exe
     if row.started_at is not None and row.finished_at is not None:
         duration = (row.finished_at - row.started_at).total_seconds()
     iterations = metadata.get("iterations")
+    decoded = _decoded(metadata)
+    error_class, error_message, error_backtrace = _error_of(row, decoded)
     return ExecutionEntry(
         id=row.id,
         step_name=row.step_name,
@@ -167,19 +169,36 @@ def _entry(row: Any, metadata: dict[str, Any], attempt: int, timer: bool) -> Exe
         started_at=row.started_at,
         finished_at=row.finished_at,
         duration_seconds=duration,
-        error_class=row.error_class_name,
-        error_message=row.error_message,
-        error_backtrace=row.error_backtrace,
+        error_class=error_class,
+        error_message=error_message,
+        error_backtrace=error_backtrace,
         cursor=_decoded({"cursor": row.cursor})["cursor"],
         iterations=iterations if isinstance(iterations, int) else None,
         queue=row.queue,
         lease_owner=row.lease_owner,
         lease_expires_at=row.lease_expires_at,
-        metadata=_decoded(metadata),
+        metadata=decoded,
         awaiting_signal=row.awaiting_signal,
         wait_deadline=row.wait_deadline,
         waiting_since=row.waiting_since,
     )
+
+
+def _error_of(row: Any, metadata: dict[str, Any]) -> tuple[str | None, str | None, str | None]:
+    """(class, message, backtrace) of the error an execution ended with.
+
+    A failure keeps it in its error columns; an error that was reattempted, or skipped or
+    finished past by its policy, only in its metadata (``"exception"``) — shown the same way.
+    """
+    if row.error_class_name is not None:
+        return row.error_class_name, row.error_message, row.error_backtrace
+    info = metadata.get("exception")
+    if not isinstance(info, dict) or not isinstance(info.get("class"), str):
+        return None, None, None
+    message = info.get("message")
+    lines = info.get("backtrace")
+    backtrace = "".join(str(line) for line in lines) if isinstance(lines, list) else None
+    return info["class"], message if isinstance(message, str) else None, backtrace or None
 
 
 def _signal_entry(signal: Any, executions: list[Any]) -> SignalEntry:

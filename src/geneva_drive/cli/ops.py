@@ -512,6 +512,14 @@ def signal(
         str | None,
         typer.Option(metavar="K", help="Idempotency key: a second signal with it is a no-op."),
     ] = None,
+    allow_unknown: Annotated[
+        bool,
+        typer.Option(
+            "--allow-unknown",
+            help="Store a signal no step of the class waits for (yet): for a step not "
+            "deployed yet. Without it such a name is refused.",
+        ),
+    ] = False,
     actor: Actor = None,
     reason: Reason = None,
     json_output: JsonOutput = False,
@@ -532,6 +540,7 @@ def signal(
         name=name,
         payload=value,
         key=key,
+        allow_unknown=allow_unknown,
     )
 
 

@@ -16,6 +16,7 @@ from geneva_drive import admin
 from geneva_drive.runtime.deploy_check import Report
 
 SHOWN_IDS = 20  # ids listed by a bulk action's summary before "… and N more"
+ERROR_CHARACTERS = 120  # of an error message in the executions table
 
 
 def when(at: datetime | None) -> str:
@@ -76,7 +77,7 @@ def page(found: admin.Page, total: admin.BoundedCount | None) -> RenderableType:
             str(item.id),
             item.workflow_type,
             item.state,
-            item.current_step or item.next_step or "",
+            item.current_step or "",
             _hero(item),
             item.awaiting_signal or "",
             item.last_error_class or "",
@@ -94,7 +95,7 @@ def page(found: admin.Page, total: admin.BoundedCount | None) -> RenderableType:
 
 def timeline(t: admin.Timeline) -> RenderableType:
     wf = t.workflow
-    at = wf.current_step or wf.next_step
+    at = wf.current_step
     head = [
         Text(f"workflow {wf.id}  {wf.workflow_type}  {wf.state}", style="bold"),
         Text(f"hero: {_hero(wf) or '-'}   at step: {at or '-'}"),
@@ -154,9 +155,19 @@ def _executions(t: admin.Timeline) -> Group:
             short(e.scheduled_for),
             short(e.started_at),
             age(e.duration_seconds),
-            e.error_class or "",
+            _error(e),
         )
     return _section(title, table)
+
+
+def _error(e: admin.ExecutionEntry) -> str:
+    """``Class: message`` (its first line, cut at ERROR_CHARACTERS); the backtrace is below."""
+    if not e.error_class:
+        return ""
+    message = (e.error_message or "").strip().split("\n", 1)[0]
+    if len(message) > ERROR_CHARACTERS:
+        message = message[: ERROR_CHARACTERS - 1] + "…"
+    return f"{e.error_class}: {message}" if message else e.error_class
 
 
 def _failure(e: admin.ExecutionEntry) -> list[RenderableType]:
@@ -224,6 +235,8 @@ def bulk_lines(action: str, result: admin.BulkResult) -> str:
     lines = [f"{result.matched} workflow(s) match"]
     if result.changed:
         lines.append(f"{verb}: {len(result.changed)} ({_ids(result.changed)})")
+    if result.skipped:
+        lines.append(f"skipped {result.skipped} finished or canceled (no action applies)")
     if result.refused:
         lines.append(f"{'would refuse' if result.dry_run else 'refused'}: {len(result.refused)}")
         lines += [f"  workflow {id_}: {why}" for id_, why in result.refused[:SHOWN_IDS]]

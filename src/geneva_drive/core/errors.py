@@ -12,6 +12,7 @@
     ├── InvalidStateTransition     the executor refused an illegal state change (a bug guard)
     ├── WorkflowAlreadyOngoing     a second ongoing workflow of one class for one hero
     ├── WorkflowNotOngoing         a new signal for a finished or canceled workflow
+    ├── UnknownSignal              a signal no step of the workflow's class waits for (a ValueError)
     ├── PayloadTooLargeError
     │   ├── SignalPayloadTooLargeError
     │   └── CursorTooLargeError
@@ -71,6 +72,11 @@ class WorkflowAlreadyOngoing(GenevaDriveError):
 
 class WorkflowNotOngoing(GenevaDriveError):
     """A new signal was sent to a finished or canceled workflow."""
+
+
+class UnknownSignal(GenevaDriveError, ValueError):
+    """``signal(name)`` names a signal no step of the workflow's class waits for (a typo, most
+    likely); nothing was written. A ValueError, like the signal path's other bad input."""
 
 
 class SerializationError(GenevaDriveError):

@@ -69,7 +69,13 @@ class Verbs(Protocol):
     ) -> StartResult: ...
 
     def signal(
-        self, workflow: Workflow, name: str, payload: Any, idempotency_key: str | None
+        self,
+        workflow: Workflow,
+        name: str,
+        payload: Any,
+        idempotency_key: str | None,
+        *,
+        allow_unknown: bool,
     ) -> Signal: ...
 
     def pause(self, workflow: Workflow) -> None: ...

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any, NoReturn, overload
 
 from geneva_drive.core.errors import StepConfigurationError, UnknownStepOptionError
 from geneva_drive.definition.callables import is_async, signature_problem
+from geneva_drive.definition.matchers import SignalMatcher as SignalMatcher  # its old home
+from geneva_drive.definition.matchers import awaited, names_problem
 from geneva_drive.definition.policy import (
     ACTIONS,
     ExceptionPolicy,
@@ -25,7 +27,13 @@ from geneva_drive.definition.policy import (
     StepPolicy,
     check_terminal_action,
 )
-from geneva_drive.storage.limits import MAX_QUEUE, MAX_STEP_NAME, PRIORITY_RANGE, duration_problem
+from geneva_drive.storage.limits import (
+    MAX_QUEUE,
+    MAX_SIGNAL_NAME,
+    MAX_STEP_NAME,
+    PRIORITY_RANGE,
+    duration_problem,
+)
 
 if TYPE_CHECKING:
     from geneva_drive.definition.workflow import Workflow
@@ -33,26 +41,6 @@ if TYPE_CHECKING:
 _UNSET: Any = object()
 DEFAULT_MAX_REATTEMPTS = 100
 RESERVED_JOB_OPTIONS = {"wait", "wait_until", "eta", "countdown"}
-
-
-class SignalMatcher:
-    """Matches signals by name, optionally narrowed by ``predicate(workflow, payload)``."""
-
-    def __init__(self, name: str, predicate: Callable[[Any, Any], Any] | None = None) -> None:
-        if not isinstance(name, str) or not name.strip():
-            raise ValueError(f"SignalMatcher needs a non-blank signal name, got {name!r}")
-        self.name = name
-        self.predicate = predicate
-
-    def matches(self, signal: Any) -> bool:
-        if signal.name != self.name:
-            return False
-        if self.predicate is None:
-            return True
-        return bool(self.predicate(signal.workflow, signal.payload))
-
-    def __repr__(self) -> str:
-        return self.name if self.predicate is None else f"{self.name} (narrowed by payload)"
 
 
 @dataclass
@@ -83,6 +71,8 @@ class StepDefinition:
     # Filled in by validate():
     exception_policy: StepPolicy | None = field(default=None, init=False)
     signal_matcher: Any = field(default=None, init=False)
+    # The names its matcher accepts (its ``names``), None for any (see definition.matchers).
+    signal_names: tuple[str, ...] | None = field(default=None, init=False)
     wait_delta: timedelta | None = field(default=None, init=False)
     defined_in: str = field(default="", init=False)
     # The step of the same method name this one replaced in the class body (see _declare).
@@ -101,6 +91,12 @@ class StepDefinition:
     @property
     def waits_for_signal(self) -> bool:
         return self.signal_matcher is not None
+
+    @property
+    def awaiting(self) -> str:
+        """What the step waits for when it parks, as stored and shown: its one signal name,
+        ``a | b`` for several, ``*`` when its matcher does not say (``definition.matchers``)."""
+        return awaited(self.signal_names)
 
     @property
     def label(self) -> str:
@@ -233,12 +229,22 @@ class StepDefinition:
         if isinstance(wait_for, str):
             if not wait_for.strip():
                 self._fail("wait_for= needs a non-blank signal name")
+            if len(wait_for) > MAX_SIGNAL_NAME:
+                self._fail(
+                    f"wait_for= names a signal of {len(wait_for)} characters, over the limit "
+                    f"of {MAX_SIGNAL_NAME} (the column that stores it); choose a shorter name"
+                )
+            self.signal_names = (wait_for,)
             return SignalMatcher(wait_for)
         if callable(getattr(wait_for, "matches", None)):
+            self.signal_names, problem = names_problem(wait_for)
+            if problem is not None:
+                self._fail(f"wait_for={wait_for!r}: {problem}")
             return wait_for
         self._fail(
             f"wait_for= must be a signal name, a SignalMatcher, or an object with "
-            f"matches(signal); got {wait_for!r}"
+            f"matches(signal) (and, to say which signal names it accepts, names); got "
+            f"{wait_for!r}"
         )
 
     def _validate_timeout(self) -> None:

@@ -369,9 +369,20 @@ class Workflow(WorkflowColumns, Base):
         """
         return verbs().of_hero(cls, hero, session, ongoing_only=True)
 
-    def signal(self, name: str, payload: Any = None, idempotency_key: str | None = None) -> Signal:
-        """Deliver an event to this workflow, inside the caller's transaction."""
-        return verbs().signal(self, name, payload, idempotency_key)
+    def signal(
+        self,
+        name: str,
+        payload: Any = None,
+        idempotency_key: str | None = None,
+        *,
+        allow_unknown: bool = False,
+    ) -> Signal:
+        """Deliver an event to this workflow, inside the caller's transaction.
+
+        A name no step of the class waits for raises :class:`UnknownSignal` before anything
+        is written; ``allow_unknown=True`` stores it anyway (for a step not deployed yet).
+        """
+        return verbs().signal(self, name, payload, idempotency_key, allow_unknown=allow_unknown)
 
     def __repr__(self) -> str:
         return (

@@ -29,7 +29,7 @@ from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from geneva_drive.core.errors import SignalPayloadTooLargeError, WorkflowNotOngoing
+from geneva_drive.core.errors import SignalPayloadTooLargeError, UnknownSignal, WorkflowNotOngoing
 from geneva_drive.core.ports import EnqueuedStep
 from geneva_drive.core.settings import settings_of
 from geneva_drive.core.states import (
@@ -37,7 +37,7 @@ from geneva_drive.core.states import (
     ExecutionState,
     WorkflowState,
 )
-from geneva_drive.definition.steps import SignalMatcher
+from geneva_drive.definition.matchers import SignalMatcher, unknown_signal
 from geneva_drive.engine import outcomes, writer
 from geneva_drive.engine.wakeups import (
     enqueue_after_commit,
@@ -69,21 +69,30 @@ _MAX_STRING = 255  # name and idempotency_key columns
 
 
 def deliver_signal(
-    workflow: Workflow, name: str, *, payload: Any = None, idempotency_key: str | None = None
+    workflow: Workflow,
+    name: str,
+    *,
+    payload: Any = None,
+    idempotency_key: str | None = None,
+    allow_unknown: bool = False,
 ) -> Signal:
     """Persist a signal and wake matching parked steps, in the caller's transaction.
 
-    Everything is checked before anything is written. A dispatch that raises (a matcher
-    raising, say) rolls back this delivery only — it runs in a savepoint — so the caller's
-    transaction stays usable and the call can simply be retried.
+    Everything is checked before anything is written; a name no step of the class waits for
+    (``definition.matchers``) is refused before any SQL, unless ``allow_unknown``. A dispatch
+    that raises (a matcher raising, say) rolls back this delivery only — it runs in a
+    savepoint — so the caller's transaction stays usable and the call can simply be retried.
     """
-    queries.coordination.take_write_lock(workflow.session)  # SQLite: before any read
-    label = f"{type(workflow).__name__} id={workflow.id}"
+    label = _label(workflow)
     if not isinstance(name, str) or not name.strip() or len(name) > _MAX_STRING:
         raise ValueError(
             f"{label}: signal() needs a signal name, a non-blank str of at most {_MAX_STRING} "
             f"characters; got {name!r}"
         )
+    unknown = None if allow_unknown else unknown_signal(type(workflow), label, name)
+    if unknown is not None:
+        raise UnknownSignal(unknown)
+    queries.coordination.take_write_lock(workflow.session)  # SQLite: before any read
     key = None if idempotency_key is None else str(idempotency_key)
     if key is not None and (not key or len(key) > _MAX_STRING):
         raise ValueError(
@@ -151,6 +160,15 @@ def deliver_signal(
         else:
             wake_matching(session, workflow, signal)
     return signal
+
+
+def _label(workflow: Workflow) -> str:
+    """``<Class> id=<id>``, the id from the identity map: reading ``workflow.id`` off an
+    expired instance would be a SELECT, and on SQLite no read may come before the write lock
+    (the transaction's snapshot would be older than the lock)."""
+    identity = sa_inspect(workflow).identity
+    workflow_id = identity[0] if identity else workflow.id
+    return f"{type(workflow).__name__} id={workflow_id}"
 
 
 _RUNNING = (WorkflowState.READY, WorkflowState.PERFORMING)
@@ -225,7 +243,7 @@ def _deliver_in_one_statement(
 def _waiting_for(workflow: Workflow, name: str) -> list[StepDefinition] | None:
     """The steps whose matcher takes a signal ``name`` by its name alone; None if a matcher
     could also want Python to decide (a predicate on the payload, or a matcher object of the
-    application's own, which may take any name): the slow path runs those, row by row."""
+    application's own, whatever ``names`` it gives): the slow path runs those, row by row."""
     waiting = []
     for step_def in type(workflow).steps:
         matcher = step_def.signal_matcher
@@ -356,7 +374,7 @@ def gate(
             execution.signal_id = candidate.id
             return candidate
     deadline = now + step_def.timeout if step_def.timeout is not None else None
-    writer.park(execution, now, awaiting=step_def.signal_matcher.name, deadline=deadline)
+    writer.park(execution, now, awaiting=step_def.awaiting, deadline=deadline)
     if step_def.timeout is not None:
         _arm_timeout(session, workflow, execution, step_def, now)
     workflow.logger.info(

@@ -65,10 +65,20 @@ class EngineVerbs:
         )
 
     def signal(
-        self, workflow: Workflow, name: str, payload: Any, idempotency_key: str | None
+        self,
+        workflow: Workflow,
+        name: str,
+        payload: Any,
+        idempotency_key: str | None,
+        *,
+        allow_unknown: bool,
     ) -> Signal:
         return signals.deliver_signal(
-            workflow, name, payload=payload, idempotency_key=idempotency_key
+            workflow,
+            name,
+            payload=payload,
+            idempotency_key=idempotency_key,
+            allow_unknown=allow_unknown,
         )
 
     def pause(self, workflow: Workflow) -> None:

@@ -27,6 +27,19 @@ from geneva_drive.definition.workflow import Workflow
 from geneva_drive.runtime.loaded import loaded_hero_types
 from geneva_drive.storage.queries.deploy import PAUSED, InFlightGroup, in_flight_groups
 
+# The workflow states a group's rows can be in: a workflow paused while ready or running
+# keeps its execution, so it is counted with that execution's state.
+_WORKFLOW_STATES = {
+    "in_progress": ("performing", "paused"),
+    "scheduled": ("ready", "paused"),
+    "waiting": ("ready", "paused"),
+    PAUSED: ("paused",),
+}
+# The states the verbs a fix suggests act on (admin.act.ALLOWED): a fix's filter names them,
+# so that it selects the in-flight rows it is about, never finished or canceled ones.
+_MOVABLE = ("ready", "paused")  # resume-at, skip
+_ONGOING = ("ready", "performing", "paused")  # cancel
+
 
 class Problem(StrEnum):
     UNKNOWN_WORKFLOW_TYPE = "unknown_workflow_type"
@@ -172,7 +185,8 @@ def _unknown_type(group: InFlightGroup, code: LoadedCode) -> Finding:
         f"{_rows(group)}: no Workflow class with workflow_type {name!r} is loaded",
         f"if the class was renamed, set workflow_type = {name!r}{renamed}; if its module is "
         f"not imported, add it with --app; if it was deleted, let its rows finish or cancel "
-        f"them first (geneva-drive cancel --where type={name})",
+        f"them first (geneva-drive cancel --where type={name} "
+        f"--where state={','.join(_ONGOING)})",
     )
 
 
@@ -206,9 +220,14 @@ def _unknown_step(group: InFlightGroup, cls: type[Workflow]) -> Finding:
 
 
 def _these(group: InFlightGroup) -> str:
-    """The filters naming a group's workflows, for a fix's bulk command (which shows what it
-    would change and asks before it writes)."""
-    return f"--where type={group.workflow_type} --where current_step={group.step or ''}"
+    """The filters naming a group's in-flight workflows, for a fix's bulk command (which shows
+    what it would change and asks before it writes): ``type`` and ``current_step`` match
+    finished and canceled workflows too, ``state`` keeps to the ones the verb can move."""
+    states = [s for s in _WORKFLOW_STATES.get(group.state, _MOVABLE) if s in _MOVABLE]
+    return (
+        f"--where type={group.workflow_type} --where current_step={group.step or ''} "
+        f"--where state={','.join(states or _MOVABLE)}"
+    )
 
 
 def _gravestone(group: InFlightGroup) -> Finding:

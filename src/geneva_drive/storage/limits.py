@@ -15,7 +15,7 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, String
 
-from geneva_drive.storage.models import StepExecution, WorkflowColumns
+from geneva_drive.storage.models import Signal, StepExecution, WorkflowColumns
 
 
 def column_length(column: ColumnElement[Any]) -> int:
@@ -39,6 +39,10 @@ MAX_STEP_NAME = min(
     column_length(_workflows.next_step_name.column),
 )
 MAX_QUEUE = column_length(_executions.queue)
+# A signal's name is stored in the signal row and as what a parked execution awaits.
+MAX_SIGNAL_NAME = min(
+    column_length(Signal.__table__.c.name), column_length(_executions.awaiting_signal)
+)
 
 # ``priority`` is an ``Integer`` column: 32 bits on every engine we support.
 PRIORITY_RANGE = (-(2**31), 2**31 - 1)
