@@ -39,6 +39,8 @@ MAX_STEP_NAME = min(
     column_length(_workflows.next_step_name.column),
 )
 MAX_QUEUE = column_length(_executions.queue)
+# Not a name the user chose but one the engine records (a step error's class): cut, not refused.
+MAX_ERROR_CLASS = column_length(_executions.error_class_name)
 
 # ``priority`` is an ``Integer`` column: 32 bits on every engine we support.
 PRIORITY_RANGE = (-(2**31), 2**31 - 1)
