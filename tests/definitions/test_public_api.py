@@ -32,6 +32,7 @@ EXPECTED_PUBLIC_NAMES = [
     "SystemClock",
     "UnitOfWorkError",
     "UnknownSignal",
+    "UnstorableTextError",
     "WorkerCrashed",
     "Workflow",
     "WorkflowAlreadyOngoing",
@@ -111,7 +112,7 @@ def test_every_deliberate_error_derives_from_the_package_base_error():
         for name in EXPECTED_PUBLIC_NAMES
         if name.endswith(("Error", "Transition", "Ongoing"))
     ]
-    assert len(errors) == 12
+    assert len(errors) == 13
     assert all(issubclass(error, geneva_drive.GenevaDriveError) for error in errors)
 
 

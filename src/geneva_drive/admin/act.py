@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from geneva_drive.admin.filters import WorkflowFilter
 from geneva_drive.admin.find import find
+from geneva_drive.core import text
 from geneva_drive.core.errors import (
     AdminInputError,
     AdminNotFound,
@@ -27,6 +28,7 @@ from geneva_drive.core.errors import (
     PayloadTooLargeError,
     SerializationError,
     StepNotDefinedError,
+    UnstorableTextError,
     WorkflowNotOngoing,
 )
 from geneva_drive.core.settings import settings
@@ -310,6 +312,11 @@ def _check_actor(actor: str, reason: str | None) -> None:
         )
     if reason is not None and not isinstance(reason, str):
         raise AdminInputError(f"reason={reason!r}: expected a str or None")
+    for field, value in (("actor", actor), ("reason", reason)):
+        try:
+            text.check(value or "", field)
+        except UnstorableTextError as error:
+            raise AdminInputError(str(error)) from None
 
 
 def _verb(verb: Callable[[Workflow], Any]) -> Act:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from geneva_drive.core import text
 from geneva_drive.core.errors import AdminInputError
 from geneva_drive.core.states import WorkflowState
 from geneva_drive.storage.queries.admin import Selection
@@ -60,6 +61,18 @@ class WorkflowFilter(Selection):
         return cls(**values)
 
     def __post_init__(self) -> None:
+        for name in _TEXT_FIELDS:
+            value = getattr(self, name)
+            for one in (value,) if isinstance(value, str) else value or ():
+                problem = text.describe(one) if isinstance(one, str) else None
+                if problem is not None:
+                    # No stored text holds one (core.text refuses it on the way in), and
+                    # PostgreSQL would refuse the query: an input error, never a DataError.
+                    raise AdminInputError(
+                        f"WorkflowFilter({name}={value!r}): holds {problem}, which no stored "
+                        "value can hold (geneva-drive refuses NUL and lone surrogates on every "
+                        "database); remove it"
+                    )
         for name in ("state",):
             value = getattr(self, name)
             for state in (value,) if isinstance(value, str) else value or ():
@@ -83,6 +96,15 @@ class WorkflowFilter(Selection):
 
 
 _STATES = tuple(state.value for state in WorkflowState)
+_TEXT_FIELDS = (
+    "workflow_type",
+    "state",
+    "hero_type",
+    "hero_id",
+    "current_step",
+    "error_class",
+    "awaiting_signal",
+)
 
 
 def _text(name: str, raw: str) -> str:

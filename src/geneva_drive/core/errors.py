@@ -17,6 +17,7 @@
     │   ├── SignalPayloadTooLargeError
     │   └── CursorTooLargeError
     ├── SerializationError         a value the JSON codec cannot store
+    │   └── UnstorableTextError    text with NUL or a lone surrogate (also a ValueError)
     ├── WorkerCrashed              a database worker's thread died; the worker stopped
     └── StepExecutionError         carries the execution and workflow it concerns
         └── StepNotDefinedError    a row names a step the class no longer defines
@@ -81,6 +82,12 @@ class UnknownSignal(GenevaDriveError, ValueError):
 
 class SerializationError(GenevaDriveError):
     """A payload, cursor or metadata value cannot be encoded as typed JSON."""
+
+
+class UnstorableTextError(SerializationError, ValueError):
+    """A value the caller chose holds text no database of ours can store: NUL (``\\x00``)
+    or a lone surrogate. Refused on every database before anything is written; see
+    :mod:`geneva_drive.core.text`."""
 
 
 class PayloadTooLargeError(GenevaDriveError):

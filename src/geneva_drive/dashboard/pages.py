@@ -147,8 +147,8 @@ def timeline_events(timeline: admin.Timeline) -> list[Event]:
 async def waiting(dash: Dashboard, request: Request) -> Response:
     signal = request.query_params.get("signal", "").strip()
     after = request.query_params.get("after") or None
-    where = WorkflowFilter(awaiting_signal=signal or ANY_SIGNAL)
     try:
+        where = WorkflowFilter(awaiting_signal=signal or ANY_SIGNAL)
         page = await dash.read(
             lambda s: admin.find(s, where, newest_first=False, limit=dash.page_size, after=after)
         )

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from datetime import date, datetime, timedelta
 from typing import TYPE_CHECKING, Any, NoReturn, overload
 
+from geneva_drive.core import text
 from geneva_drive.core.errors import StepConfigurationError, UnknownStepOptionError
 from geneva_drive.definition.callables import is_async, signature_problem
 from geneva_drive.definition.matchers import SignalMatcher as SignalMatcher  # its old home
@@ -414,9 +415,12 @@ def validate_job_options(options: Any, context: str) -> dict[str, Any] | None:
             f"{context}: job_options cannot set {', '.join(reserved)}; geneva-drive schedules "
             "steps itself — use the step's wait= instead"
         )
-    for key in options:
+    for key, value in options.items():
         if not isinstance(key, str):
             raise StepConfigurationError(f"{context}: job_options keys must be str, got {key!r}")
+        text.check(key, f"{context}: job option")
+        if isinstance(value, str):
+            text.check(value, f"{context}: job_options {key}=")
     queue = options.get("queue")
     if queue is not None and (not isinstance(queue, str) or not queue):
         raise StepConfigurationError(

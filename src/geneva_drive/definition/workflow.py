@@ -17,6 +17,7 @@ from typing import Any, ClassVar, Self, cast
 
 from sqlalchemy.orm import Mapper, Session, object_session
 
+from geneva_drive.core import text
 from geneva_drive.core.errors import (
     InvalidStateError,
     SerializationError,
@@ -253,12 +254,11 @@ class Workflow(WorkflowColumns, Base):
         if value is None:
             data.pop(key, None)
         else:
+            text.check(key, f"{self._label}: write_metadata() key")
             try:
                 data[key] = serialization.encode(value)
             except SerializationError as error:
-                raise SerializationError(
-                    f"{self._label}: write_metadata({key!r}): {error}"
-                ) from None
+                raise type(error)(f"{self._label}: write_metadata({key!r}): {error}") from None
         self.metadata_json = data or None
 
     @property

@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.orm import Session
 
-from geneva_drive.core import events
+from geneva_drive.core import events, text
 from geneva_drive.core.settings import Settings, settings
 from geneva_drive.definition.flow import Action, FlowControl
 from geneva_drive.engine import chaining, unit_of_work
@@ -193,7 +193,8 @@ def _perform(session: Session, prepared: Prepared, options: RunOptions, config: 
     finally:
         workflow.__dict__.pop("_gd_received_signal", None)
     if isinstance(result, Failed):
-        prepared.log.warning("step raised %s: %s", type(result.error).__name__, result.error)
+        raised = result.error
+        prepared.log.warning("step raised %s: %s", type(raised).__name__, text.message_of(raised))
     return result
 
 

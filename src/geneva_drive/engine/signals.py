@@ -29,7 +29,13 @@ from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from geneva_drive.core.errors import SignalPayloadTooLargeError, UnknownSignal, WorkflowNotOngoing
+from geneva_drive.core import text
+from geneva_drive.core.errors import (
+    SerializationError,
+    SignalPayloadTooLargeError,
+    UnknownSignal,
+    WorkflowNotOngoing,
+)
 from geneva_drive.core.ports import EnqueuedStep
 from geneva_drive.core.settings import settings_of
 from geneva_drive.core.states import (
@@ -84,32 +90,13 @@ def deliver_signal(
     savepoint — so the caller's transaction stays usable and the call can simply be retried.
     """
     label = _label(workflow)
-    if not isinstance(name, str) or not name.strip() or len(name) > _MAX_STRING:
-        raise ValueError(
-            f"{label}: signal() needs a signal name, a non-blank str of at most {_MAX_STRING} "
-            f"characters; got {name!r}"
-        )
-    unknown = None if allow_unknown else unknown_signal(type(workflow), label, name)
-    if unknown is not None:
-        raise UnknownSignal(unknown)
-    queries.coordination.take_write_lock(workflow.session)  # SQLite: before any read
-    key = None if idempotency_key is None else str(idempotency_key)
-    if key is not None and (not key or len(key) > _MAX_STRING):
-        raise ValueError(
-            f"{label}: signal({name!r}) idempotency_key must be a non-empty string of at most "
-            f"{_MAX_STRING} characters, got {idempotency_key!r}; pass None for no deduplication"
-        )
-    encoded = None if payload is None else serialization.encode(payload)
-    limit = settings_of(workflow.session).max_signal_payload_size
-    if encoded is not None and limit is not None:
-        size = serialization.encoded_size(payload)
-        if size > limit:
-            raise SignalPayloadTooLargeError(
-                f"{label}: the payload of signal {name!r} is {size} bytes, over "
-                f"max_signal_payload_size={limit}; store large data elsewhere and send a "
-                "reference (a row, a URL), or raise the limit with configure()"
-            )
     session = workflow.session
+    key, encoded = _checked(label, name, payload, idempotency_key, session)
+    if not allow_unknown:
+        unknown = unknown_signal(type(workflow), label, name)
+        if unknown is not None:
+            raise UnknownSignal(unknown)
+    queries.coordination.take_write_lock(session)  # SQLite: before any read
     fast = _deliver_in_one_statement(workflow, name, key, encoded)
     if fast is not None:
         return fast
@@ -121,6 +108,7 @@ def deliver_signal(
         # An exact redelivery returns the first row, whatever the workflow's state now.
         return _duplicate(existing)
     if not workflow.ongoing:
+        label = f"{type(workflow).__name__} id={workflow.id}"
         raise WorkflowNotOngoing(
             f"{label}: cannot deliver signal {name!r} to a {workflow.state} workflow; signals "
             "are only accepted while it is ongoing (start a new workflow for new events)"
@@ -169,6 +157,41 @@ def _label(workflow: Workflow) -> str:
     identity = sa_inspect(workflow).identity
     workflow_id = identity[0] if identity else workflow.id
     return f"{type(workflow).__name__} id={workflow_id}"
+
+
+def _checked(
+    label: str, name: str, payload: Any, idempotency_key: str | None, session: Session
+) -> tuple[str | None, Any]:
+    """The idempotency key and encoded payload of a delivery, checked without the database:
+    a refusal sends no SQL at all and leaves the caller's transaction as it was."""
+    if not isinstance(name, str) or not name.strip() or len(name) > _MAX_STRING:
+        raise ValueError(
+            f"{label}: signal() needs a signal name, a non-blank str of at most {_MAX_STRING} "
+            f"characters; got {name!r}"
+        )
+    text.check(name, f"{label}: signal() signal name")
+    key = None if idempotency_key is None else str(idempotency_key)
+    if key is not None and (not key or len(key) > _MAX_STRING):
+        raise ValueError(
+            f"{label}: signal({name!r}) idempotency_key must be a non-empty string of at most "
+            f"{_MAX_STRING} characters, got {idempotency_key!r}; pass None for no deduplication"
+        )
+    if key is not None:
+        text.check(key, f"{label}: signal({name!r}) idempotency_key")
+    try:
+        encoded = None if payload is None else serialization.encode(payload)
+    except SerializationError as error:
+        raise type(error)(f"{label}: signal({name!r}) payload: {error}") from None
+    limit = settings_of(session).max_signal_payload_size
+    if encoded is not None and limit is not None:
+        size = serialization.encoded_size(payload)
+        if size > limit:
+            raise SignalPayloadTooLargeError(
+                f"{label}: the payload of signal {name!r} is {size} bytes, over "
+                f"max_signal_payload_size={limit}; store large data elsewhere and send a "
+                "reference (a row, a URL), or raise the limit with configure()"
+            )
+    return key, encoded
 
 
 _RUNNING = (WorkflowState.READY, WorkflowState.PERFORMING)

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.orm import InstanceState, Session, configure_mappers, object_session
 
+from geneva_drive.core import text
 from geneva_drive.core.errors import StepConfigurationError, WorkflowAlreadyOngoing
 from geneva_drive.core.ports import EnqueuedStep
 from geneva_drive.core.settings import settings_of
@@ -385,6 +386,7 @@ def hero_key(
         ("class name", hero_type, MAX_HERO_TYPE),
         ("primary key", hero_id, MAX_HERO_ID),
     ):
+        text.check(value, f"{name}.{verb}(hero=...): the hero's {what}")
         if len(value) > limit:
             raise StepConfigurationError(
                 f"{name}.{verb}(hero=...): the hero's {what} {value[:40]!r}… is {len(value)} "

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from sqlalchemy.orm import Session
 
+from geneva_drive.core import text
 from geneva_drive.core.errors import StepNotDefinedError
 from geneva_drive.core.settings import settings_of
 from geneva_drive.core.states import (
@@ -44,6 +45,7 @@ from geneva_drive.engine.outcomes import (
 )
 from geneva_drive.storage import queries
 from geneva_drive.storage.dialects import dialect_named
+from geneva_drive.storage.limits import MAX_ERROR_CLASS
 from geneva_drive.storage.models import Signal, StepExecution
 from geneva_drive.storage.queries.signals import TIMER_KEY
 
@@ -73,11 +75,12 @@ def end(
     if plan.rewind:
         execution.cursor = None
     if error is not None and plan.error is not ErrorRecord.NONE:
-        execution.write_metadata("exception", exception_info(error))
+        info = exception_info(error)
+        execution.write_metadata("exception", info)
         if plan.error is ErrorRecord.COLUMNS:
-            execution.error_class_name = qualified_name(error)
-            execution.error_message = str(error)
-            execution.error_backtrace = "".join(traceback.format_exception(error))
+            execution.error_class_name = info["class"]
+            execution.error_message = info["message"]
+            execution.error_backtrace = text.sanitised("".join(traceback.format_exception(error)))
 
 
 def start(
@@ -453,10 +456,13 @@ def cancel_timeout(session: Session, parked: StepExecution, now: datetime) -> No
 
 
 def exception_info(error: BaseException) -> dict[str, Any]:
+    """A step's error as stored: its class, message and last backtrace lines, each sanitised
+    (``core.text``: a NUL or lone surrogate is escaped, never refused — the step must still
+    end) and the class name cut to its column."""
     return {
-        "class": qualified_name(error),
-        "message": str(error),
-        "backtrace": traceback.format_exception(error)[-20:],
+        "class": text.sanitised(qualified_name(error), limit=MAX_ERROR_CLASS),
+        "message": text.message_of(error),
+        "backtrace": [text.sanitised(line) for line in traceback.format_exception(error)[-20:]],
     }
 
 

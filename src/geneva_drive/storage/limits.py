@@ -43,6 +43,8 @@ MAX_QUEUE = column_length(_executions.queue)
 MAX_SIGNAL_NAME = min(
     column_length(Signal.__table__.c.name), column_length(_executions.awaiting_signal)
 )
+# Not a name the user chose but one the engine records (a step error's class): cut, not refused.
+MAX_ERROR_CLASS = column_length(_executions.error_class_name)
 
 # ``priority`` is an ``Integer`` column: 32 bits on every engine we support.
 PRIORITY_RANGE = (-(2**31), 2**31 - 1)

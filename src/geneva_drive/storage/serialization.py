@@ -40,7 +40,8 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.exc import NoInspectionAvailable
 
-from geneva_drive.core.errors import SerializationError
+from geneva_drive.core import text
+from geneva_drive.core.errors import SerializationError, UnstorableTextError
 from geneva_drive.storage.heroes import resolve_hero_class
 
 if TYPE_CHECKING:
@@ -106,11 +107,12 @@ def _mapped_reference(value: Any, depth: int) -> list[Any] | None:
 
 
 class _Misplaced(SerializationError):
-    """Raised inside the codec; :func:`encode` turns it into a SerializationError with a path."""
+    """Raised inside the codec; :func:`encode` turns it into a ``kind`` with a path."""
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, kind: type[SerializationError] = SerializationError) -> None:
         super().__init__(reason)
         self.reason = reason
+        self.kind = kind
         self.path: list[str] = []
 
 
@@ -118,14 +120,16 @@ def encode(value: Any) -> Any:
     """Turn ``value`` into plain JSON-compatible data (with typed wrappers).
 
     Refused, before anything is written: values JSON has no form for (NaN, ±Infinity, sets,
-    arbitrary objects) and nesting deeper than :data:`MAX_DEPTH`.
+    arbitrary objects), nesting deeper than :data:`MAX_DEPTH`, and strings or keys holding
+    text no database can store (NUL, lone surrogates: :class:`UnstorableTextError`, see
+    :mod:`geneva_drive.core.text`).
     """
     try:
         return _encode(value, 0)
     except _Misplaced as error:
         where = "".join(reversed(error.path))
         at = f" (at value{where})" if where else ""
-        raise SerializationError(f"{error.reason}{at}") from None
+        raise error.kind(f"{error.reason}{at}") from None
 
 
 def _encode(value: Any, depth: int) -> Any:
@@ -142,7 +146,10 @@ def _encode(value: Any, depth: int) -> Any:
                 "a string instead"
             )
         return value
-    if value is None or isinstance(value, bool | int | str):
+    if isinstance(value, str):
+        _check_text(value, "string")
+        return value
+    if value is None or isinstance(value, bool | int):
         return value
     if isinstance(value, list):
         inner = _nest(depth, 1)
@@ -169,6 +176,15 @@ def _nest(depth: int, levels: int) -> int:
             "reference to the data instead"
         )
     return depth
+
+
+def _check_text(value: str, what: str) -> None:
+    problem = text.describe(value)
+    if problem is not None:
+        raise _Misplaced(
+            f"cannot store the {what} {value!r:.80}: it holds {problem}; {text.RULE}",
+            UnstorableTextError,
+        )
 
 
 def _item(value: Any, depth: int, step: str) -> Any:
@@ -227,6 +243,7 @@ def _encode_dict(value: dict[Any, Any], depth: int) -> dict[str, Any]:
                 f"cannot store a dict key {key!r} of type {type(key).__name__}: "
                 "JSON object keys must be strings; convert the keys with str() first"
             )
+        _check_text(key, "dict key")
         out[key] = _item(item, depth, f"[{key!r}]")
     return out
 
