@@ -150,6 +150,26 @@ def test_a_worker_without_workflows_refuses_to_start(installed_sqlite_url):
     assert "no workflows loaded; pass --app" in line
 
 
+def test_options_that_are_wrong_together_are_a_usage_error_naming_the_option(
+    installed_sqlite_url,
+):
+    result = run(
+        "worker",
+        "--app",
+        "tests.worker.apps",
+        "--lease",
+        "3",
+        "--heartbeat-interval",
+        "2",
+        url=installed_sqlite_url,
+    )
+
+    line = one_error_line(result)
+    assert result.returncode == 2
+    assert "Invalid value for '--heartbeat-interval'" in line
+    assert "at least three times per lease" in line
+
+
 # -- startup checks -----------------------------------------------------------------------------
 
 

@@ -28,8 +28,10 @@ from rich.live import Live
 from sqlalchemy.orm import Session, sessionmaker
 
 from geneva_drive import admin
+from geneva_drive.admin.find import MAX_PAGE
 from geneva_drive.cli import render as ops_render
 from geneva_drive.cli.options import AppModules, DatabaseUrl, app, import_app
+from geneva_drive.cli.values import seconds, whole
 from geneva_drive.core.errors import GenevaDriveError
 from geneva_drive.core.settings import Settings
 from geneva_drive.runtime import deploy_check
@@ -140,7 +142,12 @@ def list_workflows(
     current_step: Annotated[
         str | None, typer.Option("--step", metavar="STEP", help="The step it stands at.")
     ] = None,
-    limit: Annotated[int, typer.Option(help="Workflows per page.")] = 50,
+    limit: Annotated[
+        int,
+        typer.Option(
+            callback=whole(minimum=1, maximum=MAX_PAGE, example="50"), help="Workflows per page."
+        ),
+    ] = 50,
     after: Annotated[
         str | None,
         typer.Option(metavar="CURSOR", help="The next page: the cursor the last page printed."),
@@ -189,9 +196,19 @@ def stats(
     database_url: DatabaseUrl,
     app_module: AppModules = None,
     watch_: Annotated[bool, typer.Option("--watch", help="Refresh until Ctrl-C.")] = False,
-    interval: Annotated[float, typer.Option(help="Seconds between refreshes.")] = 2.0,
+    interval: Annotated[
+        float,
+        typer.Option(
+            callback=seconds(above_zero=True, example="2"), help="Seconds between refreshes."
+        ),
+    ] = 2.0,
     iterations: Annotated[
-        int | None, typer.Option(metavar="N", help="With --watch: stop after N refreshes.")
+        int | None,
+        typer.Option(
+            callback=whole(minimum=1, example="10"),
+            metavar="N",
+            help="With --watch: stop after N refreshes.",
+        ),
     ] = None,
     json_output: JsonOutput = False,
 ) -> None:

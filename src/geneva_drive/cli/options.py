@@ -20,6 +20,7 @@ import typer
 from sqlalchemy import Engine
 from sqlalchemy.pool import QueuePool
 
+from geneva_drive.cli.values import seconds
 from geneva_drive.core.settings import Settings
 from geneva_drive.runtime.configure import configure
 from geneva_drive.runtime.pool import connections_needed
@@ -28,6 +29,7 @@ from geneva_drive.storage.dialects import dialect_of
 
 PROG = "geneva-drive"
 TRACEBACK_FLAG = "--traceback"
+APP_ENVVAR = "GENEVA_DRIVE_APP"  # --app's, as GENEVA_DRIVE_DATABASE_URL is --database-url's
 
 # Plain help (no boxes): with rich, every flag showed a "<bool>" metavar and errors a panel.
 app = typer.Typer(
@@ -51,14 +53,17 @@ AppModules = Annotated[
     typer.Option(
         "--app",
         metavar="MODULE[:ATTR]",
-        help="Module defining your workflows, imported first (repeatable); module:attr also "
-        "checks that the attribute exists.",
+        envvar=APP_ENVVAR,
+        help="Module defining your workflows, imported first (repeatable; in "
+        f"{APP_ENVVAR}, separated by spaces); module:attr also checks that the attribute "
+        "exists.",
     ),
 ]
 WaitForDatabase = Annotated[
     float,
     typer.Option(
         metavar="SECONDS",
+        callback=seconds(above_zero=False, example="30"),
         help="How long to keep retrying an unreachable database at startup before giving up.",
     ),
 ]
