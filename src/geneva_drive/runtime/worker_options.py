@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from datetime import timedelta
-from numbers import Real
 from typing import Any
 
 
@@ -105,7 +104,7 @@ def _duration(name: str, value: Any, *, positive: bool, why: str) -> timedelta:
     rule = "above 0" if positive else "0 or more"
     if isinstance(value, timedelta):
         seconds = value.total_seconds()
-    elif isinstance(value, Real) and not isinstance(value, bool):
+    elif isinstance(value, int | float) and value is not True and value is not False:
         seconds = float(value)
     else:
         seconds = math.nan
