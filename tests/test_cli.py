@@ -190,6 +190,9 @@ def test_an_unreachable_database_is_retried_for_a_bounded_time_then_one_line(com
 def test_a_database_without_the_schema_stops_the_command_at_once_naming_migrate(
     command, database_url
 ):
+    empty = sa.create_engine(database_url)
+    empty.connect().close()  # on SQLite an empty file: a missing one is another error
+    empty.dispose()
     result = run(command, "--app", "tests.worker.apps", url=database_url)
 
     line = one_error_line(result)

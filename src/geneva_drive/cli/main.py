@@ -23,6 +23,7 @@ from typing import Annotated, Any
 import typer
 
 from geneva_drive import __version__
+from geneva_drive.cli.database_url import DatabaseUrlError
 from geneva_drive.cli.options import (
     _CLICK,
     _NO_ARGS_IS_HELP,
@@ -87,7 +88,7 @@ def _options(
 @app.command()
 def migrate(database_url: DatabaseUrl, wait_for_database: WaitForDatabase = 0.0) -> None:
     """Create or upgrade geneva-drive's tables (its own Alembic version table)."""
-    db = engine(database_url)
+    db = engine(database_url, may_create=True)  # the one command that may create a SQLite file
     wait_for(db, wait=wait_for_database)
     install(db)
     typer.echo(f"geneva-drive schema at revision {current_revision(db)}")
@@ -307,7 +308,7 @@ def describe(error: Exception) -> tuple[str, int]:
     """The one line and the exit code for an error that ended a command."""
     from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 
-    if isinstance(error, NoWorkflowsLoaded | AppImportError | MissingExtra):
+    if isinstance(error, NoWorkflowsLoaded | AppImportError | MissingExtra | DatabaseUrlError):
         return str(error), 2
     if isinstance(error, ArgumentError | NoSuchModuleError):
         return f"--database-url: {error}", 2
@@ -316,9 +317,5 @@ def describe(error: Exception) -> tuple[str, int]:
     if isinstance(error, DBAPIError):
         return f"the database said: {first_line(error)}", 1
     if isinstance(error, ModuleNotFoundError):
-        return (
-            f"{error}; install the package that provides it (a database driver: e.g. "
-            "pip install 'geneva-drive[postgres]' for postgresql+psycopg://)",
-            1,
-        )
+        return f"{error}; install the package that provides it", 1
     return f"{type(error).__name__}: {error} (run with {TRACEBACK_FLAG} to see where)", 1

@@ -30,7 +30,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from geneva_drive import admin
 from geneva_drive.admin.find import MAX_PAGE
 from geneva_drive.cli import render as ops_render
-from geneva_drive.cli.options import AppModules, DatabaseUrl, app, import_app
+from geneva_drive.cli.options import AppModules, DatabaseUrl, app, import_app, open_engine
 from geneva_drive.cli.values import seconds, whole
 from geneva_drive.core.errors import GenevaDriveError
 from geneva_drive.core.settings import Settings
@@ -79,11 +79,10 @@ def connected(database_url: str, app_modules: list[str] | None) -> Iterator[Sett
     leaves the caller's settings (clock, backend) as they were: only the engine is ours.
     """
     from geneva_drive.runtime.startup import check_database
-    from geneva_drive.storage.db import create_engine
 
     for spec in app_modules or []:
         import_app(spec)
-    engine = create_engine(database_url)
+    engine = open_engine(database_url)  # a mistaken URL, a missing SQLite file: exit 2
     try:
         with configured(engine=engine) as settings:
             check_database(engine, wait=0.0)  # one try: an operator wants the error now
