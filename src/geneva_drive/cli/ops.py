@@ -30,7 +30,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from geneva_drive import admin
 from geneva_drive.admin.find import MAX_PAGE
 from geneva_drive.cli import render as ops_render
-from geneva_drive.cli.options import AppModules, DatabaseUrl, app, import_app, open_engine
+from geneva_drive.cli.database_url import open_engine
+from geneva_drive.cli.options import AppModules, DatabaseUrl, app, import_app
 from geneva_drive.cli.values import seconds, whole
 from geneva_drive.core.errors import GenevaDriveError
 from geneva_drive.core.settings import Settings
