@@ -116,7 +116,7 @@ def parse_where(items: list[str] | None, **fields: Any) -> admin.WorkflowFilter:
 
 
 def console() -> Console:
-    return Console(highlight=False)
+    return ops_render.console()  # fitted to a terminal; in a pipe, never wrapped or cut
 
 
 def echo_json(value: Any) -> None:
@@ -274,7 +274,7 @@ def check(
     if json_output:
         echo_json(report.to_json())
     else:
-        console().print(ops_render.deploy_report(report))
+        console().print(ops_render.deploy_report(report), soft_wrap=True)  # commands: 1 line
     if report.stranded:
         raise typer.Exit(1)
 
