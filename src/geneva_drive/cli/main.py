@@ -7,8 +7,9 @@ options and helpers several command modules share are in :mod:`geneva_drive.cli.
 
 An error is one line on stderr that says what failed and how to fix it; ``--traceback`` (in
 any position) shows the full traceback instead. Exit codes: 2 for a usage or setup mistake
-(a bad option, an ``--app`` that does not import, no workflows loaded, an optional extra the
-command needs not installed), 1 for anything else
+(a bad option or option value, an ``--app`` that does not import, no workflows loaded, an
+optional extra the command needs not installed, a ``--database-url`` that cannot work as
+written or names a SQLite file that does not exist), 1 for anything else
 (the database unreachable or at another schema revision, a failed run).
 """
 
