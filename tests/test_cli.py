@@ -150,6 +150,26 @@ def test_a_worker_without_workflows_refuses_to_start(installed_sqlite_url):
     assert "no workflows loaded; pass --app" in line
 
 
+def test_options_that_are_wrong_together_are_a_usage_error_naming_the_option(
+    installed_sqlite_url,
+):
+    result = run(
+        "worker",
+        "--app",
+        "tests.worker.apps",
+        "--lease",
+        "3",
+        "--heartbeat-interval",
+        "2",
+        url=installed_sqlite_url,
+    )
+
+    line = one_error_line(result)
+    assert result.returncode == 2
+    assert "Invalid value for '--heartbeat-interval'" in line
+    assert "at least three times per lease" in line
+
+
 # -- startup checks -----------------------------------------------------------------------------
 
 
@@ -170,6 +190,9 @@ def test_an_unreachable_database_is_retried_for_a_bounded_time_then_one_line(com
 def test_a_database_without_the_schema_stops_the_command_at_once_naming_migrate(
     command, database_url
 ):
+    empty = sa.create_engine(database_url)
+    empty.connect().close()  # on SQLite an empty file: a missing one is another error
+    empty.dispose()
     result = run(command, "--app", "tests.worker.apps", url=database_url)
 
     line = one_error_line(result)

@@ -442,7 +442,7 @@ def test_stats_watch_stops_after_the_given_number_of_refreshes(session, installe
     _ready(session)
 
     result = invoke(
-        installed_database_url, "stats", "--watch", "--iterations", "2", "--interval", "0"
+        installed_database_url, "stats", "--watch", "--iterations", "2", "--interval", "0.01"
     )
 
     assert result.exit_code == 0, result.output

@@ -15,6 +15,7 @@ from typing import Annotated
 import typer
 
 from geneva_drive.cli.options import _CLICK, AppModules, DatabaseUrl, import_extra, load_app
+from geneva_drive.cli.values import whole
 
 
 def dashboard(
@@ -23,7 +24,13 @@ def dashboard(
     host: Annotated[
         str, typer.Option(help="Address to listen on; only this machine can reach 127.0.0.1.")
     ] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    port: Annotated[
+        int,
+        typer.Option(
+            callback=whole(minimum=0, maximum=65535, example="8000"),
+            help="Port to listen on (0: any free port).",
+        ),
+    ] = 8000,
     token: Annotated[
         str | None,
         typer.Option(

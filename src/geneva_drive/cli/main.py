@@ -7,8 +7,9 @@ options and helpers several command modules share are in :mod:`geneva_drive.cli.
 
 An error is one line on stderr that says what failed and how to fix it; ``--traceback`` (in
 any position) shows the full traceback instead. Exit codes: 2 for a usage or setup mistake
-(a bad option, an ``--app`` that does not import, no workflows loaded, an optional extra the
-command needs not installed), 1 for anything else
+(a bad option or option value, an ``--app`` that does not import, no workflows loaded, an
+optional extra the command needs not installed, a ``--database-url`` that cannot work as
+written or names a SQLite file that does not exist), 1 for anything else
 (the database unreachable or at another schema revision, a failed run).
 """
 
@@ -23,9 +24,11 @@ from typing import Annotated, Any
 import typer
 
 from geneva_drive import __version__
+from geneva_drive.cli.database_url import DatabaseUrlError
 from geneva_drive.cli.options import (
     _CLICK,
     _NO_ARGS_IS_HELP,
+    APP_ENVVAR,
     PROG,
     TRACEBACK_FLAG,
     AppImportError,
@@ -40,6 +43,7 @@ from geneva_drive.cli.options import (
     load_app,
     setup_logging,
 )
+from geneva_drive.cli.values import as_usage_error, queue_names, seconds, split_queues, whole
 from geneva_drive.core.errors import GenevaDriveError, StepConfigurationError
 from geneva_drive.runtime import housekeeping as hk
 from geneva_drive.runtime.configure import configure
@@ -52,6 +56,7 @@ from geneva_drive.runtime.startup import (
 )
 from geneva_drive.runtime.startup import wait_for_database as wait_for
 from geneva_drive.runtime.worker import Worker
+from geneva_drive.runtime.worker_options import WorkerOptionError
 from geneva_drive.storage.migrate import current_revision, install
 
 # ``app`` here has every command registered (the tests drive it); the shared options are
@@ -84,7 +89,7 @@ def _options(
 @app.command()
 def migrate(database_url: DatabaseUrl, wait_for_database: WaitForDatabase = 0.0) -> None:
     """Create or upgrade geneva-drive's tables (its own Alembic version table)."""
-    db = engine(database_url)
+    db = engine(database_url, may_create=True)  # the one command that may create a SQLite file
     wait_for(db, wait=wait_for_database)
     install(db)
     typer.echo(f"geneva-drive schema at revision {current_revision(db)}")
@@ -95,33 +100,48 @@ def worker(
     database_url: DatabaseUrl,
     app_module: AppModules = None,
     queues: Annotated[
-        str | None, typer.Option(help="Comma-separated queues to serve (default: all).")
+        str | None,
+        typer.Option(callback=queue_names, help="Comma-separated queues to serve (default: all)."),
     ] = None,
     concurrency: Annotated[
-        int | None, typer.Option(help="Worker threads (default: 4; 1 on SQLite).")
+        int | None,
+        typer.Option(
+            callback=whole(minimum=1, example="4"), help="Worker threads (default: 4; 1 on SQLite)."
+        ),
     ] = None,
-    poll_interval: Annotated[float, typer.Option(help="Seconds between idle polls.")] = 1.0,
+    poll_interval: Annotated[
+        float,
+        typer.Option(
+            callback=seconds(above_zero=True, example="1"), help="Seconds between idle polls."
+        ),
+    ] = 1.0,
     lease: Annotated[
         float,
         typer.Option(
+            callback=seconds(above_zero=True, example="30"),
             help="Seconds a claimed step stays claimed without a heartbeat (heartbeats every "
-            "third of it); a dead worker's step is recovered by another worker after this."
+            "third of it); a dead worker's step is recovered by another worker after this.",
         ),
     ] = 30.0,
     grace_period: Annotated[
         float,
-        typer.Option(help="Seconds running steps get to finish after SIGTERM/SIGINT."),
+        typer.Option(
+            callback=seconds(above_zero=False, example="30"),
+            help="Seconds running steps get to finish after SIGTERM/SIGINT.",
+        ),
     ] = 30.0,
     housekeeping_interval: Annotated[
         float | None,
         typer.Option(
-            help="Also run housekeeping every N seconds (one worker at a time). Default: off."
+            callback=seconds(above_zero=True, example="300"),
+            help="Also run housekeeping every N seconds (one worker at a time). Default: off.",
         ),
     ] = None,
     heartbeat_interval: Annotated[
         float | None,
         typer.Option(
-            help="Seconds between lease renewals (default: a third of --lease; at most that)."
+            callback=seconds(above_zero=True, example="10"),
+            help="Seconds between lease renewals (default: a third of --lease; at most that).",
         ),
     ] = None,
     wait_for_database: WaitForDatabase = DEFAULT_WAIT_SECONDS,
@@ -132,17 +152,20 @@ def worker(
     Its connection pool is sized for --concurrency (step threads, heartbeat, LISTEN).
     """
     config = load_app(database_url, app_module, worker=True, worker_threads=concurrency)
-    running = Worker(
-        config=config,
-        queues=[q.strip() for q in queues.split(",") if q.strip()] if queues else None,
-        concurrency=concurrency,
-        poll_interval=poll_interval,
-        lease=lease,
-        grace_period=grace_period,
-        housekeeping_interval=housekeeping_interval or None,
-        heartbeat_interval=heartbeat_interval,
-        startup_wait=wait_for_database,
-    )
+    try:
+        running = Worker(
+            config=config,
+            queues=split_queues(queues),
+            concurrency=concurrency,
+            poll_interval=poll_interval,
+            lease=lease,
+            grace_period=grace_period,
+            housekeeping_interval=housekeeping_interval,
+            heartbeat_interval=heartbeat_interval,
+            startup_wait=wait_for_database,
+        )
+    except WorkerOptionError as error:  # options that are wrong together (heartbeat vs lease)
+        raise as_usage_error(error) from error
     running.run()  # checks the database and the loaded classes first
     if running.abandoned:
         raise typer.Exit(1)  # steps were cut off; their leases were released for recovery
@@ -180,12 +203,17 @@ def dispatch(
         typer.Option(
             "--app",
             metavar="MODULE[:ATTR]",
+            envvar=APP_ENVVAR,
             help="Your Celery app as module:attribute, or a module with an `app` attribute "
             "(the module imports your workflows).",
         ),
     ],
     interval: Annotated[
-        float, typer.Option(help="Seconds between passes; keep it well below the ETA horizon.")
+        float,
+        typer.Option(
+            callback=seconds(above_zero=True, example="10"),
+            help="Seconds between passes; keep it well below the ETA horizon.",
+        ),
     ] = 10.0,
     once: Annotated[bool, typer.Option("--once", help="One pass: print the count, exit.")] = False,
     wait_for_database: WaitForDatabase = DEFAULT_WAIT_SECONDS,
@@ -281,7 +309,7 @@ def describe(error: Exception) -> tuple[str, int]:
     """The one line and the exit code for an error that ended a command."""
     from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 
-    if isinstance(error, NoWorkflowsLoaded | AppImportError | MissingExtra):
+    if isinstance(error, NoWorkflowsLoaded | AppImportError | MissingExtra | DatabaseUrlError):
         return str(error), 2
     if isinstance(error, ArgumentError | NoSuchModuleError):
         return f"--database-url: {error}", 2
@@ -290,9 +318,5 @@ def describe(error: Exception) -> tuple[str, int]:
     if isinstance(error, DBAPIError):
         return f"the database said: {first_line(error)}", 1
     if isinstance(error, ModuleNotFoundError):
-        return (
-            f"{error}; install the package that provides it (a database driver: e.g. "
-            "pip install 'geneva-drive[postgres]' for postgresql+psycopg://)",
-            1,
-        )
+        return f"{error}; install the package that provides it", 1
     return f"{type(error).__name__}: {error} (run with {TRACEBACK_FLAG} to see where)", 1

@@ -28,8 +28,11 @@ from rich.live import Live
 from sqlalchemy.orm import Session, sessionmaker
 
 from geneva_drive import admin
+from geneva_drive.admin.find import MAX_PAGE
 from geneva_drive.cli import render as ops_render
+from geneva_drive.cli.database_url import open_engine
 from geneva_drive.cli.options import AppModules, DatabaseUrl, app, import_app
+from geneva_drive.cli.values import seconds, whole
 from geneva_drive.core.errors import GenevaDriveError
 from geneva_drive.core.settings import Settings
 from geneva_drive.runtime import deploy_check
@@ -77,11 +80,10 @@ def connected(database_url: str, app_modules: list[str] | None) -> Iterator[Sett
     leaves the caller's settings (clock, backend) as they were: only the engine is ours.
     """
     from geneva_drive.runtime.startup import check_database
-    from geneva_drive.storage.db import create_engine
 
     for spec in app_modules or []:
         import_app(spec)
-    engine = create_engine(database_url)
+    engine = open_engine(database_url)  # a mistaken URL, a missing SQLite file: exit 2
     try:
         with configured(engine=engine) as settings:
             check_database(engine, wait=0.0)  # one try: an operator wants the error now
@@ -114,7 +116,7 @@ def parse_where(items: list[str] | None, **fields: Any) -> admin.WorkflowFilter:
 
 
 def console() -> Console:
-    return Console(highlight=False)
+    return ops_render.console()  # fitted to a terminal; in a pipe, never wrapped or cut
 
 
 def echo_json(value: Any) -> None:
@@ -140,7 +142,12 @@ def list_workflows(
     current_step: Annotated[
         str | None, typer.Option("--step", metavar="STEP", help="The step it stands at.")
     ] = None,
-    limit: Annotated[int, typer.Option(help="Workflows per page.")] = 50,
+    limit: Annotated[
+        int,
+        typer.Option(
+            callback=whole(minimum=1, maximum=MAX_PAGE, example="50"), help="Workflows per page."
+        ),
+    ] = 50,
     after: Annotated[
         str | None,
         typer.Option(metavar="CURSOR", help="The next page: the cursor the last page printed."),
@@ -189,9 +196,19 @@ def stats(
     database_url: DatabaseUrl,
     app_module: AppModules = None,
     watch_: Annotated[bool, typer.Option("--watch", help="Refresh until Ctrl-C.")] = False,
-    interval: Annotated[float, typer.Option(help="Seconds between refreshes.")] = 2.0,
+    interval: Annotated[
+        float,
+        typer.Option(
+            callback=seconds(above_zero=True, example="2"), help="Seconds between refreshes."
+        ),
+    ] = 2.0,
     iterations: Annotated[
-        int | None, typer.Option(metavar="N", help="With --watch: stop after N refreshes.")
+        int | None,
+        typer.Option(
+            callback=whole(minimum=1, example="10"),
+            metavar="N",
+            help="With --watch: stop after N refreshes.",
+        ),
     ] = None,
     json_output: JsonOutput = False,
 ) -> None:
@@ -257,7 +274,7 @@ def check(
     if json_output:
         echo_json(report.to_json())
     else:
-        console().print(ops_render.deploy_report(report))
+        console().print(ops_render.deploy_report(report), soft_wrap=True)  # commands: 1 line
     if report.stranded:
         raise typer.Exit(1)
 

@@ -20,14 +20,16 @@ import typer
 from sqlalchemy import Engine
 from sqlalchemy.pool import QueuePool
 
+from geneva_drive.cli.database_url import open_engine
+from geneva_drive.cli.values import seconds
 from geneva_drive.core.settings import Settings
 from geneva_drive.runtime.configure import configure
 from geneva_drive.runtime.pool import connections_needed
-from geneva_drive.storage.db import create_engine
 from geneva_drive.storage.dialects import dialect_of
 
 PROG = "geneva-drive"
 TRACEBACK_FLAG = "--traceback"
+APP_ENVVAR = "GENEVA_DRIVE_APP"  # --app's, as GENEVA_DRIVE_DATABASE_URL is --database-url's
 
 # Plain help (no boxes): with rich, every flag showed a "<bool>" metavar and errors a panel.
 app = typer.Typer(
@@ -51,14 +53,17 @@ AppModules = Annotated[
     typer.Option(
         "--app",
         metavar="MODULE[:ATTR]",
-        help="Module defining your workflows, imported first (repeatable); module:attr also "
-        "checks that the attribute exists.",
+        envvar=APP_ENVVAR,
+        help="Module defining your workflows, imported first (repeatable; in "
+        f"{APP_ENVVAR}, separated by spaces); module:attr also checks that the attribute "
+        "exists.",
     ),
 ]
 WaitForDatabase = Annotated[
     float,
     typer.Option(
         metavar="SECONDS",
+        callback=seconds(above_zero=False, example="30"),
         help="How long to keep retrying an unreachable database at startup before giving up.",
     ),
 ]
@@ -108,11 +113,15 @@ def _missing_module(error: ImportError, provides: tuple[str, ...]) -> str | None
     return None
 
 
-def engine(url: str, *, worker_threads: int | None = None, worker: bool = False) -> Engine:
-    """The engine for ``url``. For a worker (of ``worker_threads`` step threads, None: the
-    database's default), a pool that keeps a connection open for each thread, its heartbeat
-    and LISTEN — SQLAlchemy's default keeps 5 and opens more for a moment only."""
-    built = create_engine(url)
+def engine(
+    url: str, *, worker_threads: int | None = None, worker: bool = False, may_create: bool = False
+) -> Engine:
+    """The engine for ``url`` (a mistaken URL or a missing SQLite file, unless ``may_create``:
+    :class:`~geneva_drive.cli.database_url.DatabaseUrlError`). For a worker (of
+    ``worker_threads`` step threads, None: the database's default), a pool that keeps a
+    connection open for each thread, its heartbeat and LISTEN — SQLAlchemy's default keeps 5
+    and opens more for a moment only."""
+    built = open_engine(url, may_create=may_create)
     if not worker or not isinstance(built.pool, QueuePool):
         return built
     dialect = dialect_of(built)
@@ -122,7 +131,7 @@ def engine(url: str, *, worker_threads: int | None = None, worker: bool = False)
     if built.pool.size() >= needed:
         return built
     built.dispose()
-    return create_engine(url, pool_size=needed)
+    return open_engine(url, pool_size=needed)
 
 
 def import_app(spec: str) -> Any:

@@ -28,6 +28,17 @@ ErrorReporter = Callable[[BaseException, dict[str, Any]], None]
 
 _STUCK_ACTIONS = ("reattempt", "cancel")
 SESSION_SETTINGS = "geneva_drive.settings"  # Session.info key: the Settings it was made from
+# The duration settings: (name, must be above 0 rather than 0 or more, None allowed).
+_DURATIONS = (
+    ("delete_completed_workflows_after", False, True),
+    ("stuck_in_progress_threshold", True, False),
+    ("stuck_scheduled_threshold", True, False),
+    ("waiting_visibility_threshold", False, True),
+)
+
+
+def _positive_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
 def _log_reporter(error: BaseException, context: dict[str, Any]) -> None:
@@ -59,11 +70,28 @@ class Settings:
                 f"configure(stuck_recovery_action={self.stuck_recovery_action!r}): expected one "
                 f"of {', '.join(map(repr, _STUCK_ACTIONS))}"
             )
-        if self.housekeeping_batch_size < 1:
+        if not _positive_int(self.housekeeping_batch_size):
             raise StepConfigurationError(
                 f"configure(housekeeping_batch_size={self.housekeeping_batch_size!r}): expected "
                 "a positive integer"
             )
+        for name in ("max_cursor_size", "max_signal_payload_size"):
+            value = getattr(self, name)
+            if value is not None and not _positive_int(value):
+                raise StepConfigurationError(
+                    f"configure({name}={value!r}): expected a positive number of bytes, or "
+                    "None for no limit"
+                )
+        for name, positive, optional in _DURATIONS:
+            value = getattr(self, name)
+            if optional and value is None:
+                continue
+            if not isinstance(value, timedelta) or value < timedelta(0) or (positive and not value):
+                rule = "above 0" if positive else "of 0 or more"
+                raise StepConfigurationError(
+                    f"configure({name}={value!r}): expected a timedelta {rule}"
+                    f"{', or None' if optional else ''}, e.g. {name}=timedelta(minutes=15)"
+                )
 
     def require_engine(self) -> Engine:
         if self.engine is None:

@@ -49,7 +49,6 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from types import FrameType
 
-from geneva_drive.core.clock import to_timedelta
 from geneva_drive.core.errors import WorkerCrashed
 from geneva_drive.core.ports import EnqueuedStep
 from geneva_drive.core.settings import Settings, settings
@@ -62,6 +61,7 @@ from geneva_drive.runtime.heartbeat import Heartbeat
 from geneva_drive.runtime.loaded import UnloadedClassReport, claim_scope, require_workflows
 from geneva_drive.runtime.pool import pool_problem
 from geneva_drive.runtime.startup import DEFAULT_WAIT_SECONDS, Outages, check_database, is_outage
+from geneva_drive.runtime.worker_options import check_options
 from geneva_drive.storage import queries
 from geneva_drive.storage.db import session_factory
 from geneva_drive.storage.dialects import dialect_of
@@ -294,39 +294,29 @@ class Worker:
         if concurrency is None:
             # SQLite has one writer: more threads would only queue on its lock.
             concurrency = dialect_of(engine).default_concurrency
-        if concurrency < 1:
-            raise ValueError(f"Worker(concurrency={concurrency!r}): expected at least 1")
-        self.lease = to_timedelta(lease)
-        if self.lease <= timedelta(0):
-            raise ValueError(
-                f"Worker(lease={lease!r}): a lease must be positive; it is how long a dead "
-                "worker's step stays claimed before another worker recovers it (default 30 s)"
-            )
-        # The heartbeat renews leases every third of the lease by default: two renewals can
-        # fail (a database restart, a long GC pause) before a running step's lease runs out.
-        self.heartbeat_interval = (
-            self.lease / 3 if heartbeat_interval is None else to_timedelta(heartbeat_interval)
+        checked = check_options(
+            queues=queues,
+            concurrency=concurrency,
+            poll_interval=poll_interval,
+            lease=lease,
+            grace_period=grace_period,
+            housekeeping_interval=housekeeping_interval,
+            heartbeat_interval=heartbeat_interval,
+            startup_wait=startup_wait,
         )
-        if not timedelta(0) < self.heartbeat_interval <= self.lease / 3:
-            raise ValueError(
-                f"Worker(heartbeat_interval={heartbeat_interval!r}, lease={lease!r}): the "
-                "heartbeat must renew at least three times per lease (0 < interval <= lease "
-                f"/ 3 = {(self.lease / 3).total_seconds()}s), or one slow renewal lets a "
-                "running step's lease run out; shorten the interval or lengthen the lease"
-            )
-        self.grace_period = to_timedelta(grace_period)
-        self.housekeeping_interval = (
-            None if housekeeping_interval is None else to_timedelta(housekeeping_interval)
-        )
-        self.queues = queues or None
-        self.concurrency = concurrency
-        self.poll_interval = poll_interval
+        self.lease = checked.lease
+        self.heartbeat_interval = checked.heartbeat_interval
+        self.grace_period = checked.grace_period
+        self.housekeeping_interval = checked.housekeeping_interval
+        self.queues = checked.queues
+        self.concurrency = concurrency = checked.concurrency
+        self.poll_interval = checked.poll_interval
         self.listen = listen and dialect_of(engine).notifies
         problem = pool_problem(engine, concurrency, listen=self.listen)
         if problem is not None:
             raise ValueError(f"Worker(concurrency={concurrency}): {problem}")
         self.eager = eager
-        self.startup_wait = startup_wait
+        self.startup_wait = checked.startup_wait
         # What the step threads claim: set by run() from the classes loaded then, refreshed
         # when idle (a class defined later is picked up), replaced whole (threads read it).
         self.scope = claim_scope(self.queues)
