@@ -109,6 +109,16 @@ class KillMixed(Workflow):
         _effect(self, "three")
 
 
+class KillSleeps(Workflow):
+    """One step that works (sleeps) for STEP_SECONDS and writes nothing: load for a worker."""
+
+    may_proceed_without_hero = True
+
+    @step
+    def work(self) -> None:
+        time.sleep(STEP_SECONDS)  # the step's own work, not synchronisation
+
+
 def _break_the_worker(how: str) -> None:
     from geneva_drive.engine import leases
     from geneva_drive.runtime.worker import Worker
