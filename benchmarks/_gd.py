@@ -318,6 +318,14 @@ def read_traces(prefix: str) -> list[Any]:
     return entries
 
 
+def read_pool_peaks(prefix: str) -> list[int]:
+    """The pools' peak checkouts the worker processes wrote at exit ("<prefix>.<pid>")."""
+    return [
+        int(json.loads(path.read_text())["peak_checkouts"])
+        for path in Path(prefix).parent.glob(Path(prefix).name + ".*")
+    ]
+
+
 def first_step_latency(rows: list[tuple], started: float) -> list[float]:
     """Start of each workflow's first step − when the workers began (seconds)."""
     out, seen = [], set()

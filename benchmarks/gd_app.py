@@ -40,6 +40,37 @@ if _TRACE_PATH:
     atexit.register(_write_trace)
 
 
+# The connection pool's peak: with GD_BENCH_POOL set, each process counts the connections its
+# pools have checked out at once (every pool, the heartbeat's and LISTEN's included) and
+# writes {"peak_checkouts": n} to "$GD_BENCH_POOL.<pid>" when it exits.
+_POOL_PATH = os.environ.get("GD_BENCH_POOL")
+if _POOL_PATH:
+    import threading
+
+    from sqlalchemy import event
+    from sqlalchemy.pool import Pool
+
+    _pool_lock = threading.Lock()  # checkouts and checkins come from every step thread
+    _pool_now = [0, 0]  # checked out now, the most at once
+
+    @event.listens_for(Pool, "checkout")
+    def _out(*_: Any) -> None:
+        with _pool_lock:
+            _pool_now[0] += 1
+            _pool_now[1] = max(_pool_now)
+
+    @event.listens_for(Pool, "checkin")
+    def _in(*_: Any) -> None:
+        with _pool_lock:
+            _pool_now[0] -= 1
+
+    def _write_pool_peak() -> None:
+        with open(f"{_POOL_PATH}.{os.getpid()}", "w") as out:
+            out.write(json.dumps({"peak_checkouts": _pool_now[1]}))
+
+    atexit.register(_write_pool_peak)
+
+
 class BenchThreeSteps(Workflow):
     """Three no-op steps: the throughput and step-gap workload (same as the peers')."""
 

@@ -153,7 +153,8 @@ def main(argv: list[str] | None = None) -> dict:
             _until(lambda wf_id=wf_id: _state(engine, wf_id) == "finished")
         # This process is the application sending the commits: a full garbage collection of
         # its start-up objects between "before commit" and the commit would be timed against
-        # the worker (see geneva_drive.runtime.worker.freeze_startup_objects, which the worker does).
+        # the worker (see geneva_drive.runtime.worker.freeze_startup_objects, which the worker
+        # does).
         gc.collect()
         gc.freeze()
 

@@ -80,13 +80,31 @@ def paired_ratios(ours: list[dict], theirs: list[dict]) -> list[float]:
     ]
 
 
+def concurrency_of(system: str) -> int | None:
+    """The ``--concurrency`` of a geneva-drive variant ("…, concurrency 16)"); None: default."""
+    _, found, rest = system.partition("concurrency ")
+    return int(rest.rstrip(")")) if found else None
+
+
+def with_concurrency(systems: list[str], values: list[int | None]) -> list[str]:
+    """Each geneva-drive system once per ``--gd-concurrency`` value (None: the default)."""
+    out = []
+    for system in systems:
+        if not system.startswith("geneva-drive"):
+            out.append(system)
+            continue
+        for value in values:
+            out.append(system if value is None else f"{system[:-1]}, concurrency {value})")
+    return out
+
+
 def run_system(system: str, args: argparse.Namespace, server, redis, python: str) -> dict:  # type: ignore[no-untyped-def]
     if system.startswith("geneva-drive"):
         mode = 0 if "in-process" in system else 1
         ns = argparse.Namespace(
             workflows=args.workflows,
             backend="postgresql",
-            concurrency=None,
+            concurrency=concurrency_of(system),
             durability=args.durability,
             analyze=args.analyze,
             drive="throughput" in system,
@@ -138,6 +156,12 @@ def main(argv: list[str] | None = None) -> dict:
         default="geneva-drive,DBOS,Celery,bare,Procrastinate",
         help="comma-separated substrings of the system names to run",
     )
+    parser.add_argument(
+        "--gd-concurrency",
+        default="default",
+        help="comma-separated --concurrency values for geneva-drive's workers, each run as a "
+        "system of its own ('default': the worker's own, e.g. default,8,16,32)",
+    )
     parser.add_argument("--durability", choices=["durable", "async"], default="durable")
     parser.add_argument("--transport", choices=["tcp", "unix"], default="tcp")
     parser.add_argument(
@@ -156,6 +180,8 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     wanted = [w.strip() for w in args.systems.split(",") if w.strip()]
     systems = [s for s in SYSTEMS if any(w in s for w in wanted)] or SYSTEMS
+    values = [v.strip() for v in args.gd_concurrency.split(",") if v.strip()]
+    systems = with_concurrency(systems, [None if v == "default" else int(v) for v in values])
     errors: dict[str, str] = {}
     try:
         python = str(ensure_peers_venv())
@@ -209,6 +235,10 @@ def main(argv: list[str] | None = None) -> dict:
             ),
             "cpu_ms_per_step_median": median([r["cpu_ms_per_step"] for r in ok]),
             "peak_rss_mb_max": max([r["peak_rss_mb"] for r in ok], default=None),
+            "pool_peak_checkouts_max": max(
+                [r["pool_peak_checkouts"] for r in ok if r.get("pool_peak_checkouts")],
+                default=None,
+            ),
             "errors": [r["error"] for r in runs if "error" in r],
         }
     for system, row in table.items():

@@ -74,6 +74,8 @@ def one_mode(args: argparse.Namespace, server, processes: int) -> dict:  # type:
     # On the "postgres" database: its own statements must not count as the run's commits.
     waits = WaitSampler(server.url("postgres", driver="postgresql"), name) if dsn and name else None
     trace_prefix = str(Path(tempfile.mkdtemp(prefix="gd-bench-trace-")) / "trace")
+    pool_prefix = str(Path(trace_prefix).with_name("pool"))
+    pool_peak = None
     gd_app.TRACE.clear()
     if processes == 0:
         if drive:
@@ -87,11 +89,12 @@ def one_mode(args: argparse.Namespace, server, processes: int) -> dict:  # type:
         procs_info = None
     else:
         os.environ["GD_BENCH_TRACE"] = trace_prefix  # the workers write their body trace
+        os.environ["GD_BENCH_POOL"] = pool_prefix  # and their pools' peak checkouts
         try:
             # The clock starts at the first worker's "started" line (Celery's: worker_ready).
             procs, t0 = _gd.start_worker_processes(url, processes, args.concurrency)
         finally:
-            del os.environ["GD_BENCH_TRACE"]
+            del os.environ["GD_BENCH_TRACE"], os.environ["GD_BENCH_POOL"]
         started = time.time() - (time.perf_counter() - t0)
         driver = _gd.Driver(config, gd_app.BenchThreeSteps, args.workflows) if drive else None
         host0 = host_jiffies()
@@ -113,6 +116,7 @@ def one_mode(args: argparse.Namespace, server, processes: int) -> dict:  # type:
                 driver.join()
             _gd.stop_processes(procs)
         trace = _gd.read_traces(trace_prefix)
+        pool_peak = max(_gd.read_pool_peaks(pool_prefix), default=None)
         cpu = sum(g["cpu_s"] for g in run.gauges)
         rss = max(g["peak_rss_mb"] for g in run.gauges)
         procs_info = [
@@ -145,6 +149,9 @@ def one_mode(args: argparse.Namespace, server, processes: int) -> dict:  # type:
         "transport": server.transport if server is not None else None,
         "processes": processes,
         "concurrency": args.concurrency,
+        # The most connections one worker process had checked out at once (its threads, the
+        # heartbeat's, LISTEN's): what its pool must hold.
+        "pool_peak_checkouts": pool_peak,
         "workflows": args.workflows,
         "steps": steps,
         "seconds": round(run.seconds, 3),
