@@ -32,11 +32,18 @@ def invoke_json(url: str, *args: str) -> Any:
     return json.loads(result.stdout)
 
 
-def command(*args: str, url: str, path: Path | None = None) -> subprocess.CompletedProcess[str]:
-    """The real command in a fresh process: only the --app modules' classes are loaded."""
-    env = {k: v for k, v in os.environ.items() if k != "GENEVA_DRIVE_DATABASE_URL"}
+def command(
+    *args: str, url: str, path: Path | None = None, columns: str | None = "250"
+) -> subprocess.CompletedProcess[str]:
+    """The real command in a fresh process: only the --app modules' classes are loaded.
+
+    ``columns``: the terminal width it is told; None tells none (what ``| grep`` gives it).
+    """
+    unset = {"GENEVA_DRIVE_DATABASE_URL", "COLUMNS", "LINES"}
+    env = {k: v for k, v in os.environ.items() if k not in unset}
     env["GENEVA_DRIVE_DATABASE_URL"] = url
-    env["COLUMNS"] = "250"
+    if columns is not None:
+        env["COLUMNS"] = columns
     if path is not None:
         env["PYTHONPATH"] = os.pathsep.join([str(path), env.get("PYTHONPATH", "")])
     return subprocess.run(

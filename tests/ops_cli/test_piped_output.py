@@ -1,16 +1,13 @@
 """Output into a pipe or a file is never wrapped or cut: a table row is one line however long,
 so ``geneva-drive list | grep OrderFulfillment`` finds whole rows, and ``check``'s suggested
-commands can be copied as they are."""
+commands can be copied as they are. Each command runs with stdout a pipe and no COLUMNS."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
 
 from geneva_drive import Workflow, step
-from tests.ops_cli._support import REPO, TIMEOUT
+from tests.ops_cli._support import command
 
 LONG_TYPE = "OrderFulfillmentForTheWholesaleWarehousesOfTheNorthernRegion"
 
@@ -24,27 +21,11 @@ class PipedOrderFulfillment(Workflow):
         pass
 
 
-def piped(*args: str, url: str, path: object = None) -> subprocess.CompletedProcess[str]:
-    """The real command with stdout a pipe and no COLUMNS: what ``| grep`` reads."""
-    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
-    env["GENEVA_DRIVE_DATABASE_URL"] = url
-    if path is not None:
-        env["PYTHONPATH"] = os.pathsep.join([str(path), env.get("PYTHONPATH", "")])
-    return subprocess.run(
-        [sys.executable, "-m", "geneva_drive", *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-    )
-
-
 def test_a_listed_row_is_one_line_in_a_pipe(session, installed_database_url):
     workflow = PipedOrderFulfillment.create(session)
     session.commit()
 
-    result = piped("list", url=installed_database_url)
+    result = command("list", url=installed_database_url, columns=None)
 
     assert result.returncode == 0, result.stderr
     rows = [line for line in result.stdout.splitlines() if LONG_TYPE in line]
@@ -74,7 +55,9 @@ def test_checks_suggested_commands_are_one_line_in_a_pipe(
         )
     )
 
-    result = piped("check", "--app", "piped_release", url=installed_database_url, path=tmp_path)
+    result = command(
+        "check", "--app", "piped_release", url=installed_database_url, path=tmp_path, columns=None
+    )
 
     assert result.returncode == 1, result.stderr
     (fix,) = [line for line in result.stdout.splitlines() if line.startswith("  fix:")]
