@@ -14,6 +14,7 @@ import difflib
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
+from geneva_drive.core import text
 from geneva_drive.storage.limits import MAX_SIGNAL_NAME
 
 if TYPE_CHECKING:
@@ -63,6 +64,10 @@ def names_problem(matcher: Any) -> tuple[tuple[str, ...] | None, str | None]:
             f"its names= must hold one or more signal names, each a non-blank str of at most "
             f"{MAX_SIGNAL_NAME} characters ({example}); got {names!r}"
         )
+    unstorable = [(n, text.describe(n)) for n in found if text.describe(n) is not None]
+    if unstorable:
+        name, problem = unstorable[0]
+        return None, f"its names= holds {name!r:.60}, with {problem}; {text.RULE}"
     return tuple(dict.fromkeys(found)), None
 
 
@@ -71,8 +76,8 @@ def awaited(names: tuple[str, ...] | None) -> str:
     its one name, ``a | b`` for several, ``*`` for any (cut to the column's length)."""
     if names is None:
         return ANY_NAME
-    text = " | ".join(names)
-    return text if len(text) <= MAX_SIGNAL_NAME else text[: MAX_SIGNAL_NAME - 1] + "…"
+    joined = " | ".join(names)
+    return joined if len(joined) <= MAX_SIGNAL_NAME else joined[: MAX_SIGNAL_NAME - 1] + "…"
 
 
 def awaited_names(cls: type[Workflow]) -> tuple[str, ...] | None:

@@ -230,6 +230,9 @@ class StepDefinition:
         if isinstance(wait_for, str):
             if not wait_for.strip():
                 self._fail("wait_for= needs a non-blank signal name")
+            problem = text.describe(wait_for)
+            if problem is not None:
+                self._fail(f"wait_for= names a signal {wait_for!r:.60} that holds {problem}")
             if len(wait_for) > MAX_SIGNAL_NAME:
                 self._fail(
                     f"wait_for= names a signal of {len(wait_for)} characters, over the limit "

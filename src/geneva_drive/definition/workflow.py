@@ -427,6 +427,12 @@ def check_registered_job_options(backend: Any) -> None:
 
 
 def _claim_identity(cls: type[Workflow], identity: str) -> None:
+    problem = text.describe(identity) if isinstance(identity, str) else None
+    if problem is not None:
+        raise StepConfigurationError(
+            f"{cls.__module__}.{cls.__qualname__}: the workflow type {identity!r:.60} holds "
+            f"{problem}; {text.RULE}"
+        )
     if not isinstance(identity, str) or len(identity) > MAX_WORKFLOW_TYPE:
         given = "workflow_type" if "workflow_type" in cls.__dict__ else "the class name"
         raise StepConfigurationError(
