@@ -23,6 +23,7 @@ from alembic.util import CommandError
 import geneva_drive.definition.workflow  # noqa: F401  (registers geneva_drive_workflows on Base.metadata)
 from geneva_drive.storage import migrate
 from geneva_drive.storage.models import Base
+from geneva_drive.storage.revision import HEAD_REVISION
 
 OUR_TABLES = {
     "geneva_drive_workflows",
@@ -315,6 +316,11 @@ def test_the_revision_lives_in_our_own_version_table(empty_engine: sa.Engine):
     with empty_engine.connect() as conn:
         rows = conn.execute(sa.text("SELECT version_num FROM geneva_drive_alembic_version")).all()
     assert rows == [(_head(),)]
+
+
+def test_the_head_revision_the_startup_check_expects_is_the_last_migration():
+    # The startup check reads it without loading the scripts: a new migration updates it.
+    assert _head() == HEAD_REVISION
 
 
 def test_the_applications_alembic_version_is_untouched(empty_engine: sa.Engine):

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.orm import Session
 
+from geneva_drive.admin import MAX_PAGE
 from geneva_drive.admin.filters import WorkflowFilter
 from geneva_drive.core.errors import AdminInputError
 from geneva_drive.definition.workflow import Workflow
@@ -19,8 +20,6 @@ from geneva_drive.storage.queries import admin as q
 
 if TYPE_CHECKING:
     from geneva_drive.definition.workflow import Workflow
-
-MAX_PAGE = 1000
 
 
 @dataclass(frozen=True)
