@@ -409,3 +409,28 @@ def test_0008_drops_the_in_progress_started_at_index_and_its_downgrade_restores_
         assert "in_progress" in restored[1]  # the predicate, as reflected
     migrate.install(empty_engine)
     assert _schema_diff(empty_engine) == []
+
+
+def test_0009_leads_the_hero_index_with_the_hero_id_and_its_downgrade_restores_the_order(
+    empty_engine: sa.Engine,
+):
+    def columns() -> list[str] | None:
+        indexes = sa.inspect(empty_engine).get_indexes("geneva_drive_workflows")
+        return next(
+            (
+                list(i["column_names"])
+                for i in indexes
+                if i["name"] == "ix_geneva_drive_workflows_hero"
+            ),
+            None,
+        )
+
+    migrate.upgrade(empty_engine, "0008")
+    assert columns() == ["hero_type", "hero_id"]
+    migrate.install(empty_engine)
+    assert columns() == ["hero_id", "hero_type"]  # the hero-id search is its prefix
+    assert _schema_diff(empty_engine) == []
+    _downgrade(empty_engine, "0008")
+    assert columns() == ["hero_type", "hero_id"]
+    migrate.install(empty_engine)
+    assert _schema_diff(empty_engine) == []
