@@ -31,6 +31,8 @@ HERO_INDEX = "ix_geneva_drive_workflows_hero"
 
 
 def _seed(gd: Any, db_backend: str) -> None:
+    from sqlalchemy import insert
+
     from geneva_drive.definition.workflow import Workflow
 
     start = datetime(2026, 11, 1, tzinfo=UTC)
@@ -48,7 +50,7 @@ def _seed(gd: Any, db_backend: str) -> None:
         for i in range(1, WORKFLOWS + 1)
     ]
     with gd.engine.begin() as conn:
-        conn.execute(Workflow.__table__.insert(), rows)
+        conn.execute(insert(Workflow), rows)
     with gd.engine.begin() as conn:
         if db_backend == "postgresql":
             conn.execute(text(f"ANALYZE {TABLE}"))
