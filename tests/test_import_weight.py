@@ -119,3 +119,14 @@ def test_admin_find_stays_the_function_after_its_module_is_imported(tmp_path):
         "assert callable(admin.count)"
     )
     loaded_after(code, tmp_path)  # the asserts run in the probe; a failure is its exit code
+
+
+def test_a_query_run_before_anything_imported_the_dsl_finds_the_workflows_table(database, tmp_path):
+    code = (
+        "import sqlalchemy as sa\n"
+        "from sqlalchemy.orm import Session\n"
+        "from geneva_drive.admin.measure import stats\n"
+        f"with Session(sa.create_engine({database!r})) as session:\n"
+        "    assert stats(session).by_class_state == (('ImportWeightProbe', 'ready', 1),)\n"
+    )
+    loaded_after(code, tmp_path)

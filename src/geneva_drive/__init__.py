@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from geneva_drive.core.ports import provide_workflow_model
 from geneva_drive.definition.ports import Verbs, provide_verbs
 
 if TYPE_CHECKING:
@@ -126,6 +127,16 @@ def _engine_verbs() -> Verbs:
 
     return EngineVerbs()
 
+
+def _workflow_model() -> object:
+    from geneva_drive.definition.workflow import Workflow
+
+    return Workflow
+
+
+# The queries find the workflows table's mapped class at run time (it is a layer above them):
+# imported when the first query needs it, if nothing has imported it before.
+provide_workflow_model(_workflow_model)
 
 # Workflow's verbs (create, signal, pause, …) act through the engine, which the DSL does not
 # import: every import of a geneva_drive module runs this file first, so they are provided —

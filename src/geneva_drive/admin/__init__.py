@@ -4,7 +4,7 @@ Plain functions over the caller's ``Session`` (nothing here commits), except :fu
 which takes an engine or a sessionmaker because each batch is its own transaction. Results are
 frozen dataclasses of plain values; :func:`to_json` turns them into JSON-ready data.
 
-- find: :func:`find` (keyset pages), :func:`count` (capped), :func:`for_hero`
+- find: :func:`find` (keyset pages), :func:`count` (capped); heroes: :func:`for_hero`
 - inspect: :func:`show` (a workflow's timeline)
 - act: :func:`pause`, :func:`resume`, :func:`skip`, :func:`cancel`, :func:`retry`,
   :func:`resume_at`, :func:`signal`, and :func:`bulk` by filter
@@ -33,7 +33,8 @@ if TYPE_CHECKING:
         skip,
     )
     from geneva_drive.admin.filters import WorkflowFilter
-    from geneva_drive.admin.find import BoundedCount, Page, WorkflowSummary, count, find, for_hero
+    from geneva_drive.admin.find import BoundedCount, Page, WorkflowSummary, count, find
+    from geneva_drive.admin.heroes import for_hero
     from geneva_drive.admin.inspect import ActionEntry, ExecutionEntry, SignalEntry, Timeline, show
     from geneva_drive.admin.jsonable import to_json
     from geneva_drive.admin.measure import OutcomeBucket, OutcomeCount, QueueBacklog, Stats, stats
@@ -68,7 +69,7 @@ _EXPORTS: dict[str, str] = {
     "cancel": "geneva_drive.admin.act",
     "count": "geneva_drive.admin.find",
     "find": "geneva_drive.admin.find",
-    "for_hero": "geneva_drive.admin.find",
+    "for_hero": "geneva_drive.admin.heroes",
     "pause": "geneva_drive.admin.act",
     "resume": "geneva_drive.admin.act",
     "resume_at": "geneva_drive.admin.act",
