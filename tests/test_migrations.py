@@ -23,6 +23,7 @@ from alembic.util import CommandError
 import geneva_drive.definition.workflow  # noqa: F401  (registers geneva_drive_workflows on Base.metadata)
 from geneva_drive.storage import migrate
 from geneva_drive.storage.models import Base
+from geneva_drive.storage.revision import HEAD_REVISION
 
 OUR_TABLES = {
     "geneva_drive_workflows",
@@ -317,6 +318,11 @@ def test_the_revision_lives_in_our_own_version_table(empty_engine: sa.Engine):
     assert rows == [(_head(),)]
 
 
+def test_the_head_revision_the_startup_check_expects_is_the_last_migration():
+    # The startup check reads it without loading the scripts: a new migration updates it.
+    assert _head() == HEAD_REVISION
+
+
 def test_the_applications_alembic_version_is_untouched(empty_engine: sa.Engine):
     with empty_engine.begin() as conn:
         conn.execute(sa.text("CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL)"))
@@ -401,5 +407,30 @@ def test_0008_drops_the_in_progress_started_at_index_and_its_downgrade_restores_
     else:
         assert restored is not None and restored[0] == "started_at"
         assert "in_progress" in restored[1]  # the predicate, as reflected
+    migrate.install(empty_engine)
+    assert _schema_diff(empty_engine) == []
+
+
+def test_0009_leads_the_hero_index_with_the_hero_id_and_its_downgrade_restores_the_order(
+    empty_engine: sa.Engine,
+):
+    def columns() -> list[str] | None:
+        indexes = sa.inspect(empty_engine).get_indexes("geneva_drive_workflows")
+        return next(
+            (
+                list(i["column_names"])
+                for i in indexes
+                if i["name"] == "ix_geneva_drive_workflows_hero"
+            ),
+            None,
+        )
+
+    migrate.upgrade(empty_engine, "0008")
+    assert columns() == ["hero_type", "hero_id"]
+    migrate.install(empty_engine)
+    assert columns() == ["hero_id", "hero_type"]  # the hero-id search is its prefix
+    assert _schema_diff(empty_engine) == []
+    _downgrade(empty_engine, "0008")
+    assert columns() == ["hero_type", "hero_id"]
     migrate.install(empty_engine)
     assert _schema_diff(empty_engine) == []

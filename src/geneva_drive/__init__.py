@@ -5,49 +5,143 @@ Public API — everything a user imports comes from here::
     from geneva_drive import Workflow, step, resumable_step, ExceptionPolicy, configure
 """
 
-from geneva_drive.core.clock import FrozenClock, SystemClock
-from geneva_drive.core.errors import (
-    CursorTooLargeError,
-    GenevaDriveError,
-    InvalidStateError,
-    InvalidStateTransition,
-    SerializationError,
-    SignalPayloadTooLargeError,
-    StepConfigurationError,
-    StepExecutionError,
-    StepNotDefinedError,
-    UnitOfWorkError,
-    UnknownSignal,
-    UnstorableTextError,
-    WorkerCrashed,
-    WorkflowAlreadyOngoing,
-    WorkflowNotOngoing,
-)
-from geneva_drive.core.events import subscribe
-from geneva_drive.core.settings import Settings, settings, with_inline_enqueue
-from geneva_drive.core.shutdown import clear_shutdown_request, request_shutdown, shutdown_requested
-from geneva_drive.core.states import ExecutionState, Outcome, WorkflowState
-from geneva_drive.definition.matchers import SignalMatcher
-from geneva_drive.definition.policy import ExceptionPolicy, exponential_backoff
-from geneva_drive.definition.ports import install_verbs
-from geneva_drive.definition.steps import (
-    StepDefinition,
-    removed_step,
-    repeat_step,
-    resumable_step,
-    step,
-)
-from geneva_drive.definition.workflow import Workflow
-from geneva_drive.engine.verbs import EngineVerbs
-from geneva_drive.runtime.backends import DatabaseBackend, InlineBackend
-from geneva_drive.runtime.configure import configure
-from geneva_drive.storage.db import create_engine, immediate_transactions, prepare_engine
-from geneva_drive.storage.migrate import install
-from geneva_drive.storage.models import Signal, StepExecution
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from geneva_drive.core.ports import provide_workflow_model
+from geneva_drive.definition.ports import Verbs, provide_verbs
+
+if TYPE_CHECKING:
+    from geneva_drive.core.clock import FrozenClock, SystemClock
+    from geneva_drive.core.errors import (
+        CursorTooLargeError,
+        GenevaDriveError,
+        InvalidStateError,
+        InvalidStateTransition,
+        SerializationError,
+        SignalPayloadTooLargeError,
+        StepConfigurationError,
+        StepExecutionError,
+        StepNotDefinedError,
+        UnitOfWorkError,
+        UnknownSignal,
+        UnstorableTextError,
+        WorkerCrashed,
+        WorkflowAlreadyOngoing,
+        WorkflowNotOngoing,
+    )
+    from geneva_drive.core.events import subscribe
+    from geneva_drive.core.settings import Settings, settings, with_inline_enqueue
+    from geneva_drive.core.shutdown import (
+        clear_shutdown_request,
+        request_shutdown,
+        shutdown_requested,
+    )
+    from geneva_drive.core.states import ExecutionState, Outcome, WorkflowState
+    from geneva_drive.definition.matchers import SignalMatcher
+    from geneva_drive.definition.policy import ExceptionPolicy, exponential_backoff
+    from geneva_drive.definition.steps import (
+        StepDefinition,
+        removed_step,
+        repeat_step,
+        resumable_step,
+        step,
+    )
+    from geneva_drive.definition.workflow import Workflow
+    from geneva_drive.runtime.backends import DatabaseBackend, InlineBackend
+    from geneva_drive.runtime.configure import configure
+    from geneva_drive.storage.db import create_engine, immediate_transactions, prepare_engine
+    from geneva_drive.storage.migrate import install
+    from geneva_drive.storage.models import Signal, StepExecution
+
+
+# Importing the package imports nothing heavy: each public name's module is imported when the
+# name is first used (PEP 562), so ``geneva-drive --version`` loads no SQLAlchemy and a script
+# that uses the DSL loads no Alembic. Every name still imports as ``from geneva_drive import X``.
+_EXPORTS: dict[str, str] = {
+    "CursorTooLargeError": "geneva_drive.core.errors",
+    "DatabaseBackend": "geneva_drive.runtime.backends",
+    "ExceptionPolicy": "geneva_drive.definition.policy",
+    "ExecutionState": "geneva_drive.core.states",
+    "FrozenClock": "geneva_drive.core.clock",
+    "GenevaDriveError": "geneva_drive.core.errors",
+    "InlineBackend": "geneva_drive.runtime.backends",
+    "InvalidStateError": "geneva_drive.core.errors",
+    "InvalidStateTransition": "geneva_drive.core.errors",
+    "Outcome": "geneva_drive.core.states",
+    "SerializationError": "geneva_drive.core.errors",
+    "Settings": "geneva_drive.core.settings",
+    "Signal": "geneva_drive.storage.models",
+    "SignalMatcher": "geneva_drive.definition.matchers",
+    "SignalPayloadTooLargeError": "geneva_drive.core.errors",
+    "StepConfigurationError": "geneva_drive.core.errors",
+    "StepDefinition": "geneva_drive.definition.steps",
+    "StepExecution": "geneva_drive.storage.models",
+    "StepExecutionError": "geneva_drive.core.errors",
+    "StepNotDefinedError": "geneva_drive.core.errors",
+    "SystemClock": "geneva_drive.core.clock",
+    "UnitOfWorkError": "geneva_drive.core.errors",
+    "UnknownSignal": "geneva_drive.core.errors",
+    "UnstorableTextError": "geneva_drive.core.errors",
+    "WorkerCrashed": "geneva_drive.core.errors",
+    "Workflow": "geneva_drive.definition.workflow",
+    "WorkflowAlreadyOngoing": "geneva_drive.core.errors",
+    "WorkflowNotOngoing": "geneva_drive.core.errors",
+    "WorkflowState": "geneva_drive.core.states",
+    "clear_shutdown_request": "geneva_drive.core.shutdown",
+    "configure": "geneva_drive.runtime.configure",
+    "create_engine": "geneva_drive.storage.db",
+    "exponential_backoff": "geneva_drive.definition.policy",
+    "immediate_transactions": "geneva_drive.storage.db",
+    "install": "geneva_drive.storage.migrate",
+    "prepare_engine": "geneva_drive.storage.db",
+    "removed_step": "geneva_drive.definition.steps",
+    "repeat_step": "geneva_drive.definition.steps",
+    "request_shutdown": "geneva_drive.core.shutdown",
+    "resumable_step": "geneva_drive.definition.steps",
+    "settings": "geneva_drive.core.settings",
+    "shutdown_requested": "geneva_drive.core.shutdown",
+    "step": "geneva_drive.definition.steps",
+    "subscribe": "geneva_drive.core.events",
+    "with_inline_enqueue": "geneva_drive.core.settings",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'geneva_drive' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # the next lookup is a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
+
+def _engine_verbs() -> Verbs:
+    from geneva_drive.engine.verbs import EngineVerbs
+
+    return EngineVerbs()
+
+
+def _workflow_model() -> object:
+    from geneva_drive.definition.workflow import Workflow
+
+    return Workflow
+
+
+# The queries find the workflows table's mapped class at run time (it is a layer above them):
+# imported when the first query needs it, if nothing has imported it before.
+provide_workflow_model(_workflow_model)
 
 # Workflow's verbs (create, signal, pause, …) act through the engine, which the DSL does not
-# import: every import of a geneva_drive module runs this file first, so they are installed.
-install_verbs(EngineVerbs())
+# import: every import of a geneva_drive module runs this file first, so they are provided —
+# built, and the engine imported, at the first verb.
+provide_verbs(_engine_verbs)
 
 __version__ = "0.1.0"
 

@@ -7,20 +7,14 @@ import binascii
 import json
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy.orm import Session
 
+from geneva_drive.admin import MAX_PAGE
 from geneva_drive.admin.filters import WorkflowFilter
 from geneva_drive.core.errors import AdminInputError
-from geneva_drive.definition.workflow import Workflow
-from geneva_drive.engine.verbs import workflows_of_hero
 from geneva_drive.storage.queries import admin as q
-
-if TYPE_CHECKING:
-    from geneva_drive.definition.workflow import Workflow
-
-MAX_PAGE = 1000
 
 
 @dataclass(frozen=True)
@@ -115,11 +109,6 @@ def count(
         raise AdminInputError(f"count(cap={cap!r}): expected a positive int")
     value = q.capped_count(session, where, cap)
     return BoundedCount(value=min(value, cap), exact=value <= cap)
-
-
-def for_hero(session: Session, hero: Any, *, ongoing_only: bool = False) -> list[Workflow]:
-    """Every workflow (of any class) about ``hero``, oldest first."""
-    return workflows_of_hero(Workflow, hero, session, ongoing_only=ongoing_only)
 
 
 # -- the cursor: opaque to callers, a keyset to us -------------------------------------------

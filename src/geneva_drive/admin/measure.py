@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session
 
 from geneva_drive.core.settings import settings
 from geneva_drive.core.states import ExecutionState, Outcome, WorkflowState
+from geneva_drive.storage.dialects import dialect_of
 from geneva_drive.storage.queries import admin as q
 
 BUCKET = timedelta(minutes=5)
@@ -70,6 +71,13 @@ def stats(session: Session, *, now: datetime | None = None) -> Stats:
     the history; the last hour's are given instead (``admin.count`` gives capped totals).
     """
     now = now if now is not None else settings().clock.now()
+    # Short reads, whatever the planner makes of the history's size (no JIT, no parallel
+    # workers on PostgreSQL); the caller's transaction plans as before afterwards.
+    with dialect_of(session).short_statements(session):
+        return _stats(session, now)
+
+
+def _stats(session: Session, now: datetime) -> Stats:
     hour_ago = now - timedelta(hours=1)
     ongoing: list[tuple[str, str, int]] = []
     ended = {WorkflowState.FINISHED: 0, WorkflowState.CANCELED: 0}

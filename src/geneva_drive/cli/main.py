@@ -1,8 +1,11 @@
 """The ``geneva-drive`` command: a thin layer over the library's Python functions.
 
-Importing this module imports only the core install; a command that needs an optional extra
-(``dispatch``: Celery; ``dashboard``: Starlette, uvicorn, Jinja2) imports it when it runs, and
-without it exits with code 2 and the ``pip install 'geneva-drive[...]'`` that fixes it. The
+Importing this module imports Typer and registers the commands, nothing more: each command
+imports what it uses when it runs (``migrate`` Alembic, ``worker`` the engine, ``list`` the
+admin API and Rich), so ``--version`` and ``--help`` start at once. A command that needs an
+optional extra (``dispatch``: Celery; ``dashboard``: Starlette, uvicorn, Jinja2) imports it
+when it runs, and without it exits with code 2 and the ``pip install 'geneva-drive[...]'``
+that fixes it. The
 options and helpers several command modules share are in :mod:`geneva_drive.cli.options`.
 
 An error is one line on stderr that says what failed and how to fix it; ``--traceback`` (in
@@ -24,7 +27,6 @@ from typing import Annotated, Any
 import typer
 
 from geneva_drive import __version__
-from geneva_drive.cli.database_url import DatabaseUrlError
 from geneva_drive.cli.options import (
     _CLICK,
     _NO_ARGS_IS_HELP,
@@ -45,19 +47,7 @@ from geneva_drive.cli.options import (
 )
 from geneva_drive.cli.values import as_usage_error, queue_names, seconds, split_queues, whole
 from geneva_drive.core.errors import GenevaDriveError, StepConfigurationError
-from geneva_drive.runtime import housekeeping as hk
-from geneva_drive.runtime.configure import configure
-from geneva_drive.runtime.loaded import NoWorkflowsLoaded
-from geneva_drive.runtime.startup import (
-    DEFAULT_WAIT_SECONDS,
-    StartupError,
-    check_database,
-    first_line,
-)
-from geneva_drive.runtime.startup import wait_for_database as wait_for
-from geneva_drive.runtime.worker import Worker
-from geneva_drive.runtime.worker_options import WorkerOptionError
-from geneva_drive.storage.migrate import current_revision, install
+from geneva_drive.runtime.worker_options import DEFAULT_WAIT_SECONDS, WorkerOptionError
 
 # ``app`` here has every command registered (the tests drive it); the shared options are
 # cli/options.py's.
@@ -89,6 +79,9 @@ def _options(
 @app.command()
 def migrate(database_url: DatabaseUrl, wait_for_database: WaitForDatabase = 0.0) -> None:
     """Create or upgrade geneva-drive's tables (its own Alembic version table)."""
+    from geneva_drive.runtime.startup import wait_for_database as wait_for
+    from geneva_drive.storage.migrate import current_revision, install
+
     db = engine(database_url, may_create=True)  # the one command that may create a SQLite file
     wait_for(db, wait=wait_for_database)
     install(db)
@@ -151,6 +144,8 @@ def worker(
     It claims only steps of the workflow classes --app loaded, and refuses to start with none.
     Its connection pool is sized for --concurrency (step threads, heartbeat, LISTEN).
     """
+    from geneva_drive.runtime.worker import Worker
+
     config = load_app(database_url, app_module, worker=True, worker_threads=concurrency)
     try:
         running = Worker(
@@ -185,6 +180,8 @@ def housekeeping(
     wait_for_database: WaitForDatabase = DEFAULT_WAIT_SECONDS,
 ) -> None:
     """Delete old finished workflows, recover lost steps, publish gauges; prints the counts."""
+    from geneva_drive.runtime import housekeeping as hk
+    from geneva_drive.runtime.startup import check_database
 
     config = load_app(database_url, app_module)
     check_database(config.require_engine(), wait=wait_for_database)
@@ -227,6 +224,8 @@ def dispatch(
         provides=("celery", "kombu", "billiard", "vine", "redis"),
     )
     from geneva_drive.contrib import celery as gd_celery
+    from geneva_drive.runtime.configure import configure
+    from geneva_drive.runtime.startup import check_database
 
     setup_logging()
     import_app(celery_app)  # the same errors as every --app; load_backend finds the app in it
@@ -307,7 +306,12 @@ def _usage_message(error: Any) -> str:
 
 def describe(error: Exception) -> tuple[str, int]:
     """The one line and the exit code for an error that ended a command."""
+    # Imported here: an error that needs them to be described came from code that loaded them.
     from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
+
+    from geneva_drive.cli.database_url import DatabaseUrlError
+    from geneva_drive.runtime.loaded import NoWorkflowsLoaded
+    from geneva_drive.runtime.startup import StartupError, first_line
 
     if isinstance(error, NoWorkflowsLoaded | AppImportError | MissingExtra | DatabaseUrlError):
         return str(error), 2

@@ -9,6 +9,11 @@ others do. Exit codes: 0 done, 1 refused or problems found, 2 a usage mistake.
 A verb acts at once on the ids it is given. Given ``--where`` filters instead, it first shows
 what it would change (a dry run: nothing written) and asks; ``--yes`` skips the question.
 Every action records ``--actor`` (the OS user unless given) and ``--reason``.
+
+Importing this module registers the commands and imports little: :mod:`geneva_drive.admin`
+loads its parts when first used, the tables (:mod:`geneva_drive.cli.render`, Rich) are
+imported where they are printed, and the database by :func:`connected` — so ``--version``
+and ``--help`` stay quick and ``--json`` loads no Rich.
 """
 
 from __future__ import annotations
@@ -20,24 +25,18 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console, RenderableType
-from rich.live import Live
-from sqlalchemy.orm import Session, sessionmaker
 
 from geneva_drive import admin
-from geneva_drive.admin.find import MAX_PAGE
-from geneva_drive.cli import render as ops_render
-from geneva_drive.cli.database_url import open_engine
 from geneva_drive.cli.options import AppModules, DatabaseUrl, app, import_app
 from geneva_drive.cli.values import seconds, whole
 from geneva_drive.core.errors import GenevaDriveError
-from geneva_drive.core.settings import Settings
-from geneva_drive.runtime import deploy_check
-from geneva_drive.runtime.configure import configured
-from geneva_drive.storage.db import session_factory
+
+if TYPE_CHECKING:
+    from rich.console import Console, RenderableType
+    from sqlalchemy.orm import Session, sessionmaker
 
 JsonOutput = Annotated[
     bool, typer.Option("--json", help="Print JSON (for scripts) instead of tables.")
@@ -73,13 +72,17 @@ Yes = Annotated[bool, typer.Option("--yes", "-y", help="With --where: apply with
 
 
 @contextlib.contextmanager
-def connected(database_url: str, app_modules: list[str] | None) -> Iterator[Settings]:
-    """Import the ``--app`` modules, connect, check the schema; settings restored after.
+def connected(database_url: str, app_modules: list[str] | None) -> Iterator[sessionmaker[Session]]:
+    """Import the ``--app`` modules, connect, check the schema; yields the sessions to use,
+    and the settings are restored after.
 
     ``configured`` (not ``configure``) so that a command run in-process, as the tests run it,
     leaves the caller's settings (clock, backend) as they were: only the engine is ours.
     """
+    from geneva_drive.cli.database_url import open_engine
+    from geneva_drive.runtime.configure import configured
     from geneva_drive.runtime.startup import check_database
+    from geneva_drive.storage.db import session_factory
 
     for spec in app_modules or []:
         import_app(spec)
@@ -87,7 +90,7 @@ def connected(database_url: str, app_modules: list[str] | None) -> Iterator[Sett
     try:
         with configured(engine=engine) as settings:
             check_database(engine, wait=0.0)  # one try: an operator wants the error now
-            yield settings
+            yield session_factory(settings)
     finally:
         engine.dispose()
 
@@ -116,7 +119,9 @@ def parse_where(items: list[str] | None, **fields: Any) -> admin.WorkflowFilter:
 
 
 def console() -> Console:
-    return ops_render.console()  # fitted to a terminal; in a pipe, never wrapped or cut
+    from geneva_drive.cli import render
+
+    return render.console()  # fitted to a terminal; in a pipe, never wrapped or cut
 
 
 def echo_json(value: Any) -> None:
@@ -145,7 +150,8 @@ def list_workflows(
     limit: Annotated[
         int,
         typer.Option(
-            callback=whole(minimum=1, maximum=MAX_PAGE, example="50"), help="Workflows per page."
+            callback=whole(minimum=1, maximum=admin.MAX_PAGE, example="50"),
+            help="Workflows per page.",
         ),
     ] = 50,
     after: Annotated[
@@ -156,11 +162,11 @@ def list_workflows(
     json_output: JsonOutput = False,
 ) -> None:
     """List workflows, newest first, a page at a time."""
-    with usage_errors(), connected(database_url, app_module) as settings:
+    with usage_errors(), connected(database_url, app_module) as sessions:
         filters = parse_where(
             where, workflow_type=workflow_type, state=state, current_step=current_step
         )
-        with session_factory(settings).begin() as session:
+        with sessions.begin() as session:
             page = admin.find(
                 session, filters, newest_first=not oldest_first, limit=limit, after=after
             )
@@ -168,7 +174,9 @@ def list_workflows(
     if json_output:
         echo_json(admin.to_json(page))
         return
-    console().print(ops_render.page(page, total))
+    from geneva_drive.cli import render
+
+    console().print(render.page(page, total))
 
 
 @app.command()
@@ -181,14 +189,16 @@ def show(
     """One workflow's timeline: executions with errors and backtraces, signals, actions."""
     with (
         usage_errors(),
-        connected(database_url, app_module) as settings,
-        session_factory(settings).begin() as session,
+        connected(database_url, app_module) as sessions,
+        sessions.begin() as session,
     ):
         timeline = admin.show(session, workflow_id)
     if json_output:
         echo_json(admin.to_json(timeline))
         return
-    console().print(ops_render.timeline(timeline))
+    from geneva_drive.cli import render
+
+    console().print(render.timeline(timeline))
 
 
 @app.command()
@@ -213,17 +223,18 @@ def stats(
     json_output: JsonOutput = False,
 ) -> None:
     """Counts by class and state, overdue steps by queue, waits, recent outcomes, leases."""
-    with usage_errors(), connected(database_url, app_module) as settings:
-        sessions = session_factory(settings)
+    with usage_errors(), connected(database_url, app_module) as sessions:
         if json_output:
             echo_json(admin.to_json(read_stats(sessions)))
             return
+        from geneva_drive.cli import render
+
         if not watch_:
-            console().print(ops_render.stats(read_stats(sessions)))
+            console().print(render.stats(read_stats(sessions)))
             return
         with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is how --watch ends
             watch(
-                lambda: ops_render.stats(read_stats(sessions)),
+                lambda: render.stats(read_stats(sessions)),
                 interval=interval,
                 iterations=iterations,
                 out=console(),
@@ -244,6 +255,8 @@ def watch(
     sleep: Callable[[float], None] = time.sleep,
 ) -> int:
     """Show ``render()`` and redraw it every ``interval`` seconds; returns the renders done."""
+    from rich.live import Live
+
     done = 1
     with Live(render(), console=out, auto_refresh=False) as live:
         while iterations is None or done < iterations:
@@ -265,27 +278,31 @@ def check(
     rows at removed_step() gravestones are listed too. Run it with the new code against a
     copy of production (in CI), before the deploy.
     """
+    from geneva_drive.runtime import deploy_check
     from geneva_drive.runtime.loaded import claim_scope, require_workflows
 
-    with connected(database_url, app_module) as settings:
+    with connected(database_url, app_module) as sessions:
         require_workflows(claim_scope(None))  # without --app every row would look stranded
-        with session_factory(settings).begin() as session:
+        with sessions.begin() as session:
             report = deploy_check.check(session)
     if json_output:
         echo_json(report.to_json())
     else:
-        console().print(ops_render.deploy_report(report), soft_wrap=True)  # commands: 1 line
+        from geneva_drive.cli import render
+
+        console().print(render.deploy_report(report), soft_wrap=True)  # commands: 1 line
     if report.stranded:
         raise typer.Exit(1)
 
 
 # -- acting --------------------------------------------------------------------------------
 
-Call = Callable[[Session, int], admin.ActionResult]
+if TYPE_CHECKING:
+    Call = Callable[[Session, int], admin.ActionResult]
 
 
 def act(
-    settings: Settings,
+    sessions: sessionmaker[Session],
     action: str,
     ids: list[int] | None,
     where: list[str] | None,
@@ -309,11 +326,11 @@ def act(
         return result
 
     if ids:
-        refused = act_on_ids(session_factory(settings), ids, call, json_output=json_output)
+        refused = act_on_ids(sessions, ids, call, json_output=json_output)
     elif where:
         filters = admin.WorkflowFilter.parse(where)
         refused = act_in_bulk(
-            session_factory(settings),
+            sessions,
             action,
             filters,
             yes=yes,
@@ -345,9 +362,9 @@ def run_verb(
     **action_args: Any,
 ) -> None:
     """A verb command's whole body: connect, then :func:`act` (actor: the OS user unless given)."""
-    with usage_errors(), connected(database_url, app_modules) as settings:
+    with usage_errors(), connected(database_url, app_modules) as sessions:
         act(
-            settings,
+            sessions,
             action,
             ids,
             where,
@@ -374,8 +391,10 @@ def act_on_ids(
     if json_output:
         echo_json({"changed": admin.to_json(done), "refused": [list(r) for r in refused]})
     else:
+        from geneva_drive.cli import render
+
         for result in done:
-            typer.echo(ops_render.action_line(result))
+            typer.echo(render.action_line(result))
         for workflow_id, why in refused:
             typer.echo(f"refused: workflow {workflow_id}: {why}", err=True)
     return len(refused)
@@ -404,7 +423,7 @@ def act_in_bulk(
         echo_json(admin.to_json(preview))
         return 0
     if not json_output:
-        typer.echo(ops_render.bulk_lines(action, preview))
+        typer.echo(bulk_lines(action, preview))
     if not preview.changed:
         return len(preview.refused)
     if not yes and not typer.confirm(f"{action} {len(preview.changed)} workflow(s)?"):
@@ -414,8 +433,14 @@ def act_in_bulk(
     if json_output:
         echo_json(admin.to_json(result))
     else:
-        typer.echo(ops_render.bulk_lines(action, result))
+        typer.echo(bulk_lines(action, result))
     return len(result.refused)
+
+
+def bulk_lines(action: str, result: admin.BulkResult) -> str:
+    from geneva_drive.cli import render
+
+    return render.bulk_lines(action, result)
 
 
 def _verb(action: str, summary: str) -> None:

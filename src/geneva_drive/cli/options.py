@@ -2,9 +2,10 @@
 
 :mod:`geneva_drive.cli.main`, :mod:`geneva_drive.cli.ops` and :mod:`geneva_drive.cli.dashboard`
 all import from here, and this module imports none of them, so there is no import circle inside
-the package. It imports only the core install (Typer, SQLAlchemy, the library): an optional
-extra (Celery, the dashboard's Starlette/uvicorn/Jinja2) is imported by the command that needs
-it, when it runs, through :func:`import_extra`.
+the package. It imports Typer and nothing heavy — SQLAlchemy and the library's engine are
+imported by :func:`engine` and :func:`load_app` when a command runs — and an optional extra
+(Celery, the dashboard's Starlette/uvicorn/Jinja2) is imported by the command that needs it,
+when it runs, through :func:`import_extra`.
 """
 
 from __future__ import annotations
@@ -14,18 +15,16 @@ import logging
 import os
 import sys
 from types import ModuleType
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from sqlalchemy import Engine
-from sqlalchemy.pool import QueuePool
 
-from geneva_drive.cli.database_url import open_engine
 from geneva_drive.cli.values import seconds
-from geneva_drive.core.settings import Settings
-from geneva_drive.runtime.configure import configure
-from geneva_drive.runtime.pool import connections_needed
-from geneva_drive.storage.dialects import dialect_of
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
+    from geneva_drive.core.settings import Settings
 
 PROG = "geneva-drive"
 TRACEBACK_FLAG = "--traceback"
@@ -121,6 +120,12 @@ def engine(
     ``worker_threads`` step threads, None: the database's default), a pool that keeps a
     connection open for each thread, its heartbeat and LISTEN — SQLAlchemy's default keeps 5
     and opens more for a moment only."""
+    from sqlalchemy.pool import QueuePool
+
+    from geneva_drive.cli.database_url import open_engine
+    from geneva_drive.runtime.pool import connections_needed
+    from geneva_drive.storage.dialects import dialect_of
+
     built = open_engine(url, may_create=may_create)
     if not worker or not isinstance(built.pool, QueuePool):
         return built
@@ -182,6 +187,8 @@ def load_app(
 ) -> Settings:
     """The prelude of every long-running command: logging, the app's workflows, the engine
     (for a worker: sized for its threads, see :func:`engine`)."""
+    from geneva_drive.runtime.configure import configure
+
     setup_logging()
     for spec in modules or []:
         import_app(spec)

@@ -8,14 +8,16 @@ fitted to a terminal, never wrapped or cut in a pipe or a file.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
 from geneva_drive import admin
-from geneva_drive.runtime.deploy_check import Report
+
+if TYPE_CHECKING:
+    from geneva_drive.runtime.deploy_check import Report
 
 SHOWN_IDS = 20  # ids listed by a bulk action's summary before "… and N more"
 ERROR_CHARACTERS = 120  # of an error message in the executions table

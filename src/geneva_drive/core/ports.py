@@ -7,7 +7,7 @@ settings, the engine and the DSL name a backend without importing any of them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
@@ -56,3 +56,20 @@ def notifies_in_transaction(backend: Any) -> bool:
     """Whether ``backend`` wants a NOTIFY inside the writing transaction (see :class:`Backend`)."""
     wants = getattr(backend, "notifies_in_transaction", None)
     return bool(wants is not None and wants())
+
+
+# The mapped class of the workflows table is ``definition.workflow.Workflow``, a layer above
+# the queries that read it. ``geneva_drive/__init__.py`` (which every import of geneva-drive
+# runs first) provides how to import it, so a query run before anything imported the DSL —
+# ``admin.stats`` from a script — still finds it.
+_workflow_model_loaders: list[Callable[[], object]] = []
+
+
+def provide_workflow_model(load: Callable[[], object]) -> None:
+    _workflow_model_loaders[:] = [load]
+
+
+def load_workflow_model() -> None:
+    """Import the mapped class of the workflows table (a no-op once it is imported)."""
+    for load in _workflow_model_loaders:
+        load()

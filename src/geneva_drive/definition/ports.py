@@ -1,21 +1,22 @@
 """The verbs of ``Workflow`` that act on rows, declared here and implemented by the engine.
 
 ``Workflow.create()``, ``signal()``, ``pause()`` and the other verbs keep their signatures and
-call :func:`verbs`, whose implementation (``engine.verbs.EngineVerbs``) is installed by
+call :func:`verbs`, whose implementation (``engine.verbs.EngineVerbs``) is provided by
 ``geneva_drive/__init__.py`` — the package every import of geneva-drive runs first. So the DSL
 never imports the engine, which is built on it (River's ``WorkUnit``, "implemented by" the
-layer above).
+layer above). It is provided as a factory, called at the first verb: importing geneva-drive
+(or only its DSL) does not import the engine, so a command that uses neither stays quick.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from sqlalchemy.orm import Session
-
 if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
     from geneva_drive.definition.workflow import Workflow
     from geneva_drive.storage.models import Signal, StepExecution
 
@@ -92,14 +93,24 @@ class Verbs(Protocol):
 
 
 _installed: list[Verbs] = []
+_factory: list[Callable[[], Verbs]] = []
 
 
 def install_verbs(implementation: Verbs) -> None:
-    """Called once, by ``geneva_drive/__init__.py``, with the engine's implementation."""
+    """Use ``implementation`` for ``Workflow``'s verbs from now on."""
     _installed[:] = [implementation]
 
 
+def provide_verbs(factory: Callable[[], Verbs]) -> None:
+    """Called once, by ``geneva_drive/__init__.py``: how to build the engine's implementation,
+    at the first verb (building it imports the engine)."""
+    _factory[:] = [factory]
+
+
 def verbs() -> Verbs:
-    if not _installed:  # pragma: no cover - importing any geneva_drive module installs it
-        raise RuntimeError("geneva-drive's engine is not loaded; import geneva_drive first")
+    if not _installed:
+        if not _factory:  # pragma: no cover - importing any geneva_drive module provides it
+            raise RuntimeError("geneva-drive's engine is not loaded; import geneva_drive first")
+        # Two threads racing here each build one; the verbs hold no state, either will do.
+        _installed[:] = [_factory[0]()]
     return _installed[0]

@@ -19,18 +19,16 @@ import threading
 import time
 from collections.abc import Callable
 
-from alembic.script import ScriptDirectory
-from alembic.util import CommandError
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
 from geneva_drive.core.errors import GenevaDriveError
-from geneva_drive.storage.migrate import alembic_config, current_revision
+from geneva_drive.runtime.worker_options import DEFAULT_WAIT_SECONDS
 from geneva_drive.storage.queries import is_transient
+from geneva_drive.storage.revision import HEAD_REVISION, current_revision
 
 log = logging.getLogger("geneva_drive.startup")
 
-DEFAULT_WAIT_SECONDS = 30.0
 FIRST_RETRY_SECONDS = 0.25
 MAX_RETRY_SECONDS = 5.0
 
@@ -87,25 +85,25 @@ def wait_for_database(
 
 def check_schema(engine: Engine) -> None:
     """Raise :class:`SchemaMismatch` unless the schema is at this package's head revision."""
-    script = ScriptDirectory.from_config(alembic_config())
-    head = script.get_current_head()
+    head = HEAD_REVISION
     current = current_revision(engine)
     if current == head:
         return
+    # Only a mismatch needs the migration scripts (Alembic): is the database's revision ours?
+    from geneva_drive.storage.migrate import is_known_revision
+
     fix = "run `geneva-drive migrate --database-url …` (or geneva_drive.install(engine)) first"
     if current is None:
         raise SchemaMismatch(
             f"the database has no geneva-drive schema (no revision; this package's migrations "
             f"end at {head}); {fix}"
         )
-    try:
-        script.get_revision(current)
-    except CommandError:
+    if not is_known_revision(current):
         raise SchemaMismatch(
             f"the database's geneva-drive schema is at revision {current}, which this "
             f"package does not know (its migrations end at {head}): a newer geneva-drive "
             "migrated it; upgrade geneva-drive here to the version that did"
-        ) from None
+        )
     raise SchemaMismatch(
         f"the database's geneva-drive schema is at revision {current}, older than this "
         f"package's {head}; {fix}"

@@ -60,8 +60,8 @@ from geneva_drive.runtime.backends.database import DatabaseBackend
 from geneva_drive.runtime.heartbeat import Heartbeat
 from geneva_drive.runtime.loaded import UnloadedClassReport, claim_scope, require_workflows
 from geneva_drive.runtime.pool import pool_problem
-from geneva_drive.runtime.startup import DEFAULT_WAIT_SECONDS, Outages, check_database, is_outage
-from geneva_drive.runtime.worker_options import check_options
+from geneva_drive.runtime.startup import Outages, check_database, is_outage
+from geneva_drive.runtime.worker_options import DEFAULT_WAIT_SECONDS, check_options
 from geneva_drive.storage import queries
 from geneva_drive.storage.db import session_factory
 from geneva_drive.storage.dialects import dialect_of

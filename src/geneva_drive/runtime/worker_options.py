@@ -13,6 +13,10 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+# How long a worker (and the other long-running commands) keeps retrying an unreachable
+# database at startup; here, with the options, so the CLI can show it without the database code.
+DEFAULT_WAIT_SECONDS = 30.0
+
 
 class WorkerOptionError(ValueError):
     """A ``Worker(...)`` option out of its range; ``parameter`` is the keyword's name."""

@@ -15,13 +15,14 @@ from typing import Any
 
 from alembic import command
 from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from alembic.util import CommandError
 from sqlalchemy import Connection, Engine, Index, text
 
 from geneva_drive.storage.db import engine_for_workers, prepare_engine
 from geneva_drive.storage.models import DIALECTS_INFO_KEY, MYSQL_DIALECTS, MYSQL_UNIQUE_KEY_COLUMNS
-
-VERSION_TABLE = "geneva_drive_alembic_version"
+from geneva_drive.storage.revision import VERSION_TABLE as VERSION_TABLE
+from geneva_drive.storage.revision import current_revision as current_revision
 
 # Alembic's ``context`` and ``op`` are process-wide proxies: two threads running commands at
 # once would swap them under each other (and deadlock against the database's locks).
@@ -154,8 +155,10 @@ def install(engine: Engine) -> None:
     upgrade(engine, "head")
 
 
-def current_revision(engine: Engine) -> str | None:
-    """The installed schema revision, or ``None`` if geneva-drive is not installed."""
-    with engine.connect() as connection:
-        context = MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE})
-        return context.get_current_revision()
+def is_known_revision(revision: str) -> bool:
+    """Whether ``revision`` is one of this package's migrations."""
+    try:
+        ScriptDirectory.from_config(alembic_config()).get_revision(revision)
+    except CommandError:
+        return False
+    return True

@@ -131,7 +131,10 @@ def workflow_table_args() -> tuple[Any, ...]:
         # State lookups, and housekeeping's "terminal and older than the cut-off" sweep,
         # which must not scan every finished workflow ever kept.
         Index("ix_geneva_drive_workflows_state_transitioned", "state", "transitioned_at"),
-        Index("ix_geneva_drive_workflows_hero", "hero_type", "hero_id"),
+        # A hero's workflows: the hero-id search (dashboard, `list --where hero_id=`, admin)
+        # sends the id alone, so the id leads; (hero_type, hero_id) lookups use both columns.
+        # One index either way, so no write pays for the search. Migration 0009.
+        Index("ix_geneva_drive_workflows_hero", "hero_id", "hero_type"),
         # One ongoing workflow per (class, hero): the database is the arbiter under races.
         # MySQL/MariaDB: a unique generated column instead (see MYSQL_UNIQUE_KEYS).
         only_on(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, ClassVar
 
 import sqlalchemy
@@ -77,3 +79,9 @@ class Dialect:
     def notify(self, connection: Connection, channel: str, payload: str) -> None:
         """Wake listeners of ``channel`` when ``connection``'s transaction commits."""
         raise NotImplementedError(f"{type(self).__name__} has no NOTIFY")
+
+    @contextmanager
+    def short_statements(self, session: Session) -> Iterator[None]:
+        """Plan the block's statements in ``session``'s transaction as the short reads they
+        are; the transaction plans as before after it. (Elsewhere: nothing to change.)"""
+        yield

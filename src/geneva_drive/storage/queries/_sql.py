@@ -19,6 +19,7 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
+from geneva_drive.core.ports import load_workflow_model
 from geneva_drive.core.states import ExecutionState
 from geneva_drive.storage.models import WORKFLOWS, Base
 
@@ -51,6 +52,8 @@ def workflow_model() -> type[MappedWorkflow]:
     """
     found = _workflow_root.get("class")
     if found is None:
+        if WORKFLOWS not in Base.metadata.tables:
+            load_workflow_model()  # nothing imported the DSL yet (a script's first query)
         found = next(
             mapper.class_
             for mapper in Base.registry.mappers

@@ -1,0 +1,132 @@
+"""What a command imports: only what it uses, so that the CLI starts at once (issue 42).
+
+Each check runs a fresh interpreter and reads its ``sys.modules`` after the command: Alembic
+only for ``migrate``/``check``, Celery only for ``dispatch``, Rich only where a table is
+printed, the dashboard's Starlette/Jinja2 only for ``dashboard`` — and ``--version`` imports
+no SQLAlchemy at all. Timings are the benchmark's business (``benchmarks/cli_start.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import geneva_drive
+
+SRC = Path(geneva_drive.__file__).resolve().parents[1]
+HEAVY = ("sqlalchemy", "alembic", "celery", "kombu", "rich", "starlette", "jinja2", "uvicorn")
+
+# Runs the code given in argv[1], then prints which of HEAVY it loaded (SystemExit, as the
+# console script ends, is caught so the report still prints).
+PROBE = """
+import json, sys
+try:
+    exec(sys.argv[1])
+except SystemExit:
+    pass
+print(json.dumps(sorted({m.partition(".")[0] for m in sys.modules} & set(json.loads(sys.argv[2])))))
+"""
+
+
+def loaded_after(code: str, cwd: Path) -> set[str]:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")]))
+    env.pop("GENEVA_DRIVE_DATABASE_URL", None)
+    result = subprocess.run(
+        [sys.executable, "-c", PROBE, code, json.dumps(HEAVY)],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    return set(json.loads(result.stdout.strip().splitlines()[-1]))
+
+
+def command(*args: str) -> str:
+    return f"from geneva_drive.cli import main; main({list(args)!r})"
+
+
+def test_version_imports_neither_sqlalchemy_nor_any_extra(tmp_path):
+    assert loaded_after(command("--version"), tmp_path) == set()
+
+
+def test_importing_the_package_imports_neither_alembic_nor_celery_nor_sqlalchemy(tmp_path):
+    assert loaded_after("import geneva_drive", tmp_path) == set()
+
+
+def test_a_public_name_imports_what_it_needs_and_no_alembic_or_celery(tmp_path):
+    loaded = loaded_after("from geneva_drive import Workflow, configure", tmp_path)
+    assert "sqlalchemy" in loaded
+    assert not loaded & {"alembic", "celery", "kombu", "rich", "starlette", "jinja2"}
+
+
+@pytest.fixture(scope="module")
+def database(tmp_path_factory) -> str:
+    """A migrated SQLite file with one workflow in it (id 1)."""
+    from sqlalchemy import create_engine as sa_engine
+    from sqlalchemy.orm import Session
+
+    from geneva_drive import Workflow, install, step
+    from geneva_drive.runtime.configure import configured
+
+    path = tmp_path_factory.mktemp("weight") / "gd.db"
+    url = f"sqlite:///{path}"
+    engine = sa_engine(url)
+    install(engine)
+
+    class ImportWeightProbe(Workflow):
+        may_proceed_without_hero = True
+
+        @step
+        def only(self) -> None:
+            pass
+
+    with configured(engine=engine), Session(engine) as session, session.begin():
+        ImportWeightProbe.create(session, hero=None)
+    engine.dispose()
+    return url
+
+
+@pytest.mark.parametrize(
+    "args", [("list", "--limit", "50"), ("show", "1"), ("stats",)], ids=["list", "show", "stats"]
+)
+def test_reading_commands_import_no_alembic_celery_or_dashboard(database, args, tmp_path):
+    loaded = loaded_after(command(*args, "--database-url", database), tmp_path)
+    assert "rich" in loaded  # they print tables: the probe sees what the command loaded
+    assert not loaded & {"alembic", "celery", "kombu", "starlette", "jinja2", "uvicorn"}
+
+
+@pytest.mark.parametrize(
+    "args", [("list", "--json"), ("show", "1", "--json")], ids=["list", "show"]
+)
+def test_json_output_imports_no_rich(database, args, tmp_path):
+    loaded = loaded_after(command(*args, "--database-url", database), tmp_path)
+    assert "sqlalchemy" in loaded
+    assert "rich" not in loaded
+
+
+def test_admin_find_stays_the_function_after_its_module_is_imported(tmp_path):
+    code = (
+        "import geneva_drive.admin.find as _\n"
+        "from geneva_drive import admin\n"
+        "assert callable(admin.find) and admin.find.__name__ == 'find', admin.find\n"
+        "assert callable(admin.count)"
+    )
+    loaded_after(code, tmp_path)  # the asserts run in the probe; a failure is its exit code
+
+
+def test_a_query_run_before_anything_imported_the_dsl_finds_the_workflows_table(database, tmp_path):
+    code = (
+        "import sqlalchemy as sa\n"
+        "from sqlalchemy.orm import Session\n"
+        "from geneva_drive.admin.measure import stats\n"
+        f"with Session(sa.create_engine({database!r})) as session:\n"
+        "    assert stats(session).by_class_state == (('ImportWeightProbe', 'ready', 1),)\n"
+    )
+    loaded_after(code, tmp_path)
