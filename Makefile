@@ -23,8 +23,8 @@ check: lint typecheck test
 
 # All three run even when one fails, so one pass (and one CI run) shows every problem.
 lint: $(STAMP)
-	$(BIN)/ruff check src tests; checked=$$?; \
-	$(BIN)/ruff format --check src tests; formatted=$$?; \
+	$(BIN)/ruff check src tests examples; checked=$$?; \
+	$(BIN)/ruff format --check src tests examples; formatted=$$?; \
 	$(BIN)/lint-imports; layered=$$?; \
 	test $$checked -eq 0 -a $$formatted -eq 0 -a $$layered -eq 0
 
@@ -41,4 +41,4 @@ $(STAMP): pyproject.toml
 	touch $@
 
 clean:
-	rm -rf build dist .pytest_cache .mypy_cache .ruff_cache geneva_drive_demo.db*
+	rm -rf build dist .pytest_cache .mypy_cache .ruff_cache geneva_drive_demo.db* backfill.db*

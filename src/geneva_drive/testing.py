@@ -14,17 +14,22 @@ with the reattempt or the next step scheduled), so a test can catch it and asser
     wf = Onboarding.create(session, hero=user)
     speedrun(wf)                      # runs every step now, ignoring waits
     assert_workflow_state(wf, "finished")
+
+Time travel runs only what is due, as a worker would: ``advance_and_run(wf, hours=2)``.
+``crash_next_step(wf)`` runs a step whose outcome never commits (the process died), to test
+recovery. The pytest plugin (``geneva_drive.pytest_plugin``) provides the database and clock.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from typing import Any
 
 from sqlalchemy.orm import Session
 
-from geneva_drive.core.clock import FrozenClock
+from geneva_drive.core.clock import FrozenClock, to_timedelta
 from geneva_drive.core.settings import settings_of
 from geneva_drive.core.states import ExecutionState, WorkflowState
 from geneva_drive.definition.workflow import Workflow
@@ -36,6 +41,8 @@ from geneva_drive.storage.models import StepExecution
 
 __all__ = [
     "FrozenClock",
+    "SimulatedCrash",
+    "advance_and_run",
     "assert_cursor",
     "assert_signal_state",
     "assert_step_executed",
@@ -43,9 +50,14 @@ __all__ = [
     "assert_waiting_for_signal",
     "assert_workflow_state",
     "configured",
+    "crash_next_step",
+    "history",
     "perform_next_step",
     "perform_step_inline",
+    "reload",
+    "run_due",
     "run_iterations",
+    "run_until_parked",
     "speedrun",
     "speedrun_current_step",
 ]
@@ -219,6 +231,160 @@ def run_iterations(workflow: Workflow, count: int, *, raise_errors: bool = True)
             )
         _run(workflow, execution, RunOptions(max_iterations=count), raise_errors)
         return execution
+
+
+def run_until_parked(
+    workflow: Workflow, *, max_steps: int = 100, raise_errors: bool = True
+) -> Workflow:
+    """Like :func:`speedrun` (every step now, waits ignored), but a step that parks for a
+    signal ends the run instead of failing it: the workflow is returned waiting."""
+    with _callers_session(workflow) as session:
+        for _ in range(max_steps):
+            if workflow.state in _STOP:
+                return workflow
+            execution = queries.current_execution(session, workflow.id)
+            if execution is None or execution.state == ExecutionState.WAITING:
+                return workflow
+            _run(workflow, execution, RunOptions(interruptible=False), raise_errors)
+        raise AssertionError(
+            f"{type(workflow).__name__} id={workflow.id}: run_until_parked exceeded "
+            f"max_steps={max_steps}; is a step reattempting forever?"
+        )
+
+
+def run_due(workflow: Workflow, *, max_runs: int = 100, raise_errors: bool = True) -> int:
+    """Run what of ``workflow`` is due by geneva-drive's clock, as a worker would; returns how
+    many executions ran.
+
+    Its next step once its ``wait`` has passed, a signal's timeout (the timer of a parked
+    step), a reattempt whose wait is over — and whatever those schedule that is due at once —
+    until nothing of it is due, it parks, or it finishes, pauses or is canceled. A step that
+    is not due yet is left alone (unlike :func:`speedrun`).
+    """
+    ran = 0
+    with _callers_session(workflow) as session:
+        while workflow.state not in _STOP:
+            due = _next_due(session, workflow)
+            if due is None:
+                return ran
+            if ran == max_runs:
+                raise AssertionError(
+                    f"{type(workflow).__name__} id={workflow.id}: run_due exceeded "
+                    f"max_runs={max_runs}; is a step reattempting without a wait?"
+                )
+            _run(workflow, due, RunOptions(), raise_errors)
+            ran += 1
+    return ran
+
+
+def _next_due(session: Session, workflow: Workflow) -> StepExecution | None:
+    now = settings_of(session).clock.now()
+    due = [
+        execution
+        for execution in queries.execution_history(session, workflow.id)
+        if execution.state == ExecutionState.SCHEDULED and execution.scheduled_for <= now
+    ]
+    return min(due, key=lambda e: (e.scheduled_for, e.id)) if due else None
+
+
+def advance_and_run(
+    workflow: Workflow,
+    delta: timedelta | float | None = None,
+    *,
+    raise_errors: bool = True,
+    **duration: float,
+) -> int:
+    """Move the frozen clock forward — by ``delta`` (a timedelta or seconds) or timedelta
+    keywords (``hours=2``) — then :func:`run_due`; returns how many executions ran."""
+    clock = settings_of(workflow.session).clock
+    if not isinstance(clock, FrozenClock):
+        raise TypeError(
+            f"advance_and_run({type(workflow).__name__} id={workflow.id}): geneva-drive's "
+            f"clock is {clock!r}, which cannot be moved; install a FrozenClock first (the "
+            "frozen_clock or geneva_drive_session fixture, or configured(clock=FrozenClock()))"
+        )
+    clock.advance(delta, **duration)
+    return run_due(workflow, raise_errors=raise_errors)
+
+
+class SimulatedCrash(BaseException):
+    """What :func:`crash_next_step` stops a run with: the process died before the hand-back.
+
+    A ``BaseException``, like a kill: no exception policy sees it, so nothing is recorded.
+    """
+
+
+def crash_next_step(
+    workflow: Workflow, *, worker_id: str | None = None, lease: timedelta | float = 30
+) -> StepExecution:
+    """Run the current execution's body, then die before its outcome is handed back.
+
+    What a worker killed mid-step leaves: the execution ``in_progress`` (phase 1 committed),
+    the body's writes rolled back — a resumable step's since its last checkpoint, which
+    committed as it went — and no next step. With ``worker_id`` the dead worker held a
+    lease that expires ``lease`` (seconds or a timedelta) after the clock's now — recovered
+    by ``geneva_drive.housekeeping.run()`` (or any worker) once the clock passes it; without,
+    it held none (an external backend such as Celery) and housekeeping recovers it after
+    ``stuck_in_progress_threshold``. Returns the execution, refreshed.
+    """
+    cls = type(workflow)
+    own = cls.__dict__.get("around_step_execution")
+    around = cls.around_step_execution
+
+    def dies_after_the_body(self: Workflow, execution: StepExecution, proceed: Any) -> Any:
+        around(self, execution, proceed)
+        raise SimulatedCrash(f"{cls.__name__} id={self.id}: crash_next_step")
+
+    with _callers_session(workflow) as session:
+        execution = _current(workflow)
+        if execution is None or execution.state != ExecutionState.SCHEDULED:
+            raise AssertionError(
+                f"{cls.__name__} id={workflow.id}: crash_next_step needs a scheduled "
+                f"execution to run, found {execution!r}"
+            )
+        options = RunOptions(worker_id=worker_id, lease=to_timedelta(lease), interruptible=False)
+        _end_read_transaction(session)
+        # The executor loads its own instance of the class: the hook is swapped on the class,
+        # for this one synchronous run.
+        cls.around_step_execution = dies_after_the_body  # type: ignore[method-assign]
+        try:
+            run_execution(execution.id, options=options)
+        except SimulatedCrash:
+            pass
+        else:
+            raise AssertionError(
+                f"{cls.__name__} id={workflow.id}: execution {execution.id} of step "
+                f"{execution.step_name!r} did not reach its body (a guard ended it first)"
+            )
+        finally:
+            if own is None:
+                del cls.around_step_execution
+            else:
+                cls.around_step_execution = own  # type: ignore[method-assign]
+            session.refresh(workflow)
+            session.refresh(execution)
+        return execution
+
+
+def history(workflow: Workflow) -> list[tuple[str, str, str | None]]:
+    """``(step_name, state, outcome)`` of each of the workflow's executions, oldest first,
+    read fresh from the database (timers included)."""
+    with _callers_session(workflow) as session:
+        return [
+            (e.step_name, str(e.state), e.outcome)
+            for e in queries.execution_history(session, workflow.id)
+        ]
+
+
+def reload(workflow: Workflow) -> Workflow:
+    """Commit the session's pending work and read ``workflow`` (and everything else the
+    session holds) fresh: what a worker or another session committed becomes visible."""
+    session = workflow.session
+    if session.in_transaction():
+        session.commit()
+    session.expire_all()
+    with _callers_session(workflow):
+        return workflow
 
 
 def assert_workflow_state(workflow: Workflow, state: str) -> None:

@@ -58,6 +58,8 @@ EXPECTED_PUBLIC_NAMES = [
 
 EXPECTED_TESTING_NAMES = [
     "FrozenClock",
+    "SimulatedCrash",
+    "advance_and_run",
     "assert_cursor",
     "assert_signal_state",
     "assert_step_executed",
@@ -65,9 +67,14 @@ EXPECTED_TESTING_NAMES = [
     "assert_waiting_for_signal",
     "assert_workflow_state",
     "configured",
+    "crash_next_step",
+    "history",
     "perform_next_step",
     "perform_step_inline",
+    "reload",
+    "run_due",
     "run_iterations",
+    "run_until_parked",
     "speedrun",
     "speedrun_current_step",
 ]
