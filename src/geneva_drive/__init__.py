@@ -7,9 +7,9 @@ Public API — everything a user imports comes from here::
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
 
+from geneva_drive.core import lazy
 from geneva_drive.core.ports import provide_workflow_model
 from geneva_drive.definition.ports import Verbs, provide_verbs
 
@@ -110,12 +110,7 @@ _EXPORTS: dict[str, str] = {
 
 
 def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'geneva_drive' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # the next lookup is a plain attribute
-    return value
+    return lazy.load(__name__, _EXPORTS, globals(), name)
 
 
 def __dir__() -> list[str]:

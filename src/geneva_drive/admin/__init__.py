@@ -13,10 +13,11 @@ frozen dataclasses of plain values; :func:`to_json` turns them into JSON-ready d
 
 from __future__ import annotations
 
-import importlib
 import sys
 import types
 from typing import TYPE_CHECKING, Any
+
+from geneva_drive.core import lazy
 
 if TYPE_CHECKING:
     from geneva_drive.admin.act import (
@@ -97,12 +98,7 @@ sys.modules[__name__].__class__ = _AdminModule
 
 
 def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'geneva_drive.admin' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+    return lazy.load(__name__, _EXPORTS, globals(), name)
 
 
 def __dir__() -> list[str]:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
 
+from geneva_drive.core import lazy
 from geneva_drive.core.ports import Backend, EnqueuedStep
 
 if TYPE_CHECKING:
@@ -22,9 +22,4 @@ _EXPORTS = {
 
 
 def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'geneva_drive.runtime.backends' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+    return lazy.load(__name__, _EXPORTS, globals(), name)
