@@ -1,5 +1,6 @@
 # make demo | make test | make check (lint + typecheck + tests) | make lint (ruff check,
 # ruff format --check and the import-linter layers contract) | make typecheck (mypy) |
+# make docs (the documentation site into site/, warnings as errors) |
 # make smoke (the built wheel, core only and with each extra, in clean virtualenvs)
 #
 # Every target runs from .venv, which is created on first use and re-synced whenever
@@ -11,7 +12,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: demo test check lint typecheck smoke clean
+.PHONY: demo test check lint typecheck docs smoke clean
 
 demo: $(STAMP)
 	$(BIN)/geneva-drive demo
@@ -31,6 +32,11 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+# The documentation site, into site/; a warning (a broken link, a docstring mkdocstrings cannot
+# read) fails the build. It fetches nothing from the network. tests/docs/ runs its code.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 # The built wheel, core only and with each extra, each in a clean virtualenv (about 90 s).
 smoke:
 	.ci/wheel-smoke
@@ -41,4 +47,4 @@ $(STAMP): pyproject.toml
 	touch $@
 
 clean:
-	rm -rf build dist .pytest_cache .mypy_cache .ruff_cache geneva_drive_demo.db* backfill.db*
+	rm -rf build dist site .pytest_cache .mypy_cache .ruff_cache geneva_drive_demo.db* backfill.db*
