@@ -139,6 +139,20 @@ def modules_after(code: str, cwd: Path, prefixes: tuple[str, ...]) -> set[str]:
     return set(json.loads(result.stdout.strip().splitlines()[-1]))
 
 
+OTHER_DATABASES = ("sqlalchemy.dialects.postgresql", "sqlalchemy.dialects.mysql")
+
+
+@pytest.mark.parametrize(
+    "args", [("list", "--limit", "50"), ("show", "1"), ("stats",)], ids=["list", "show", "stats"]
+)
+def test_reading_commands_on_sqlite_import_no_other_database(database, args, tmp_path):
+    """SQLAlchemy's PostgreSQL and MySQL dialect packages (their drivers' modules, asyncpg's
+    and aiomysql's adapters) cost a SQLite command ~25 ms; the schema's types for those
+    databases are chosen when one of them compiles it."""
+    code = command(*args, "--database-url", database)
+    assert modules_after(code, tmp_path, OTHER_DATABASES) == set()
+
+
 def test_reading_commands_import_only_the_query_modules_they_use(database, tmp_path):
     """``storage.queries`` imports a query module when one of its names is first used: a page
     of workflows needs the admin queries, not the claim, the handover or the dispatch."""
