@@ -153,17 +153,6 @@ def test_reading_commands_on_sqlite_import_no_other_database(database, args, tmp
     assert modules_after(code, tmp_path, OTHER_DATABASES) == set()
 
 
-def test_reading_commands_import_only_the_query_modules_they_use(database, tmp_path):
-    """``storage.queries`` imports a query module when one of its names is first used: a page
-    of workflows needs the admin queries, not the claim, the handover or the dispatch."""
-    code = command("list", "--limit", "50", "--database-url", database)
-    loaded = modules_after(code, tmp_path, ("geneva_drive.storage.queries.",))
-    assert not loaded & {
-        f"geneva_drive.storage.queries.{name}"
-        for name in ("claims", "handover", "dispatch", "housekeeping", "signals", "starting")
-    }, loaded
-
-
 def test_admin_find_stays_the_function_after_its_module_is_imported(tmp_path):
     code = (
         "import geneva_drive.admin.find as _\n"
