@@ -111,48 +111,6 @@ def test_json_output_imports_no_rich(database, args, tmp_path):
     assert "rich" not in loaded
 
 
-# Runs the code given in argv[1], then prints the loaded modules whose names start with one of
-# the prefixes in argv[2].
-MODULES_PROBE = """
-import json, sys
-try:
-    exec(sys.argv[1])
-except SystemExit:
-    pass
-print(json.dumps(sorted(m for m in sys.modules if m.startswith(tuple(json.loads(sys.argv[2]))))))
-"""
-
-
-def modules_after(code: str, cwd: Path, prefixes: tuple[str, ...]) -> set[str]:
-    """The modules under ``prefixes`` that running ``code`` left in ``sys.modules``."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")]))
-    env.pop("GENEVA_DRIVE_DATABASE_URL", None)
-    result = subprocess.run(
-        [sys.executable, "-c", MODULES_PROBE, code, json.dumps(prefixes)],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 0, result.stderr
-    return set(json.loads(result.stdout.strip().splitlines()[-1]))
-
-
-OTHER_DATABASES = ("sqlalchemy.dialects.postgresql", "sqlalchemy.dialects.mysql")
-
-
-@pytest.mark.parametrize(
-    "args", [("list", "--limit", "50"), ("show", "1"), ("stats",)], ids=["list", "show", "stats"]
-)
-def test_reading_commands_on_sqlite_import_no_other_database(database, args, tmp_path):
-    """SQLAlchemy's PostgreSQL and MySQL dialect packages (their drivers' modules, asyncpg's
-    and aiomysql's adapters) cost a SQLite command ~25 ms; the schema's types for those
-    databases are chosen when one of them compiles it."""
-    code = command(*args, "--database-url", database)
-    assert modules_after(code, tmp_path, OTHER_DATABASES) == set()
-
-
 def test_admin_find_stays_the_function_after_its_module_is_imported(tmp_path):
     code = (
         "import geneva_drive.admin.find as _\n"
