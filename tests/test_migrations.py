@@ -206,9 +206,9 @@ engine.dispose()
 
 
 def test_create_all_in_a_fresh_process_builds_the_migrated_schema(empty_engine: sa.Engine):
-    # The per-database options (partial-index predicates, MySQL's utf8mb4) are declared when
-    # that database compiles the DDL, not when the models are imported (issue 42): create_all
-    # in a process where no migration ran yet must still build them.
+    # The per-database options (partial-index predicates, MySQL's utf8mb4) must be in the
+    # models however they are declared: create_all in a process where no migration ran must
+    # build the migrated schema (issue 42 tried declaring them only for the database in use).
     src = Path(geneva_drive.definition.workflow.__file__).resolve().parents[2]
     url = empty_engine.url.render_as_string(hide_password=False)
     subprocess.run(
