@@ -5,6 +5,7 @@ Each test gets a fresh, empty database (``empty_engine``, from conftest) of each
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
@@ -20,7 +21,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from alembic.util import CommandError
 
-import geneva_drive.definition.workflow  # noqa: F401  (registers geneva_drive_workflows on Base.metadata)
+import geneva_drive.definition.workflow  # registers geneva_drive_workflows on Base.metadata
 from geneva_drive.storage import migrate
 from geneva_drive.storage.models import Base
 from geneva_drive.storage.revision import HEAD_REVISION
@@ -189,6 +190,40 @@ def test_migrated_schema_reflects_identically_to_create_all(empty_engine: sa.Eng
         "ix_geneva_drive_step_executions_continues_from_id",
         "ix_geneva_drive_step_executions_signal_id",
     }
+
+
+# Builds the models' schema in an interpreter that has done nothing else (argv[1]: the URL).
+CREATE_ALL_FRESH = """
+import sys
+import sqlalchemy as sa
+import geneva_drive.definition.workflow
+from geneva_drive.storage.models import Base
+engine = sa.create_engine(sys.argv[1])
+with engine.begin() as conn:
+    Base.metadata.create_all(conn)
+engine.dispose()
+"""
+
+
+def test_create_all_in_a_fresh_process_builds_the_migrated_schema(empty_engine: sa.Engine):
+    # The per-database options (partial-index predicates, MySQL's utf8mb4) must be in the
+    # models however they are declared: create_all in a process where no migration ran must
+    # build the migrated schema (issue 42 tried declaring them only for the database in use).
+    src = Path(geneva_drive.definition.workflow.__file__).resolve().parents[2]
+    url = empty_engine.url.render_as_string(hide_password=False)
+    subprocess.run(
+        [sys.executable, "-c", CREATE_ALL_FRESH, url],
+        env={**os.environ, "PYTHONPATH": str(src)},
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    from_models = _snapshot(empty_engine)
+    with empty_engine.begin() as conn:
+        Base.metadata.drop_all(conn)
+    migrate.install(empty_engine)
+
+    assert _snapshot(empty_engine) == from_models
 
 
 def test_there_is_a_single_head_and_install_reaches_it(empty_engine: sa.Engine):
