@@ -46,7 +46,7 @@ from geneva_drive.admin import WorkflowFilter
 from geneva_drive.admin.find import encode_cursor
 from geneva_drive.runtime.configure import configure
 
-NOW = datetime(2026, 12, 1, tzinfo=UTC)  # "now" for stats: just after the newest workflow
+NOW = datetime(2026, 12, 1, tzinfo=UTC)  # "now" for stats: an hour after the newest workflow
 # One workflow created every 2.592 s at every size (1M span 30 days): the last hour's
 # throughput, what stats' outcomes read, is the same at every size.
 EVERY = timedelta(seconds=2.592)
@@ -61,7 +61,10 @@ INSERT INTO geneva_drive_workflows
   (id, type, state, hero_type, hero_id, allow_multiple, current_step_name, next_step_name,
    started_at, transitioned_at, created_at, updated_at)
 SELECT i,
-       (ARRAY['BenchSignup','BenchOrder','BenchInvoice','BenchErasure','BenchWebhook'])[i %% 5 + 1],
+       -- i / (5k) turns the class over every fifth live workflow: with i %% 5 alone every
+       -- live one (i a multiple of k, itself a multiple of 5 from 100k up) was BenchSignup.
+       (ARRAY['BenchSignup','BenchOrder','BenchInvoice','BenchErasure','BenchWebhook'])
+         [(i + i / (5 * %(k)s)) %% 5 + 1],
        CASE WHEN m = 0 THEN 'paused' WHEN m IN (1, 2, 3) THEN 'ready'
             WHEN m = 4 THEN 'performing' WHEN m = 5 THEN 'canceled' ELSE 'finished' END,
        'Customer', i::text, true,
@@ -137,7 +140,10 @@ def fill(server: Any, database: str, n: int, per: int) -> dict[str, float]:
     params = {
         "n": n,
         "per": per,
-        "base": (NOW - n * EVERY).replace(tzinfo=None),
+        # An hour before NOW - n * EVERY: every stamp the fill derives from a workflow's
+        # creation (its finish an hour later, its executions minutes later) is then at or
+        # before NOW — none in the future of the stats' "now".
+        "base": (NOW - n * EVERY - timedelta(hours=1)).replace(tzinfo=None),
         "step": EVERY,
         "k": max(2, n // LIVE),
         "far": (NOW + timedelta(days=365)).replace(tzinfo=None),
