@@ -343,6 +343,46 @@ def test_at_390_px_the_workflows_table_shows_each_row_whole_and_its_actions_stay
     page.close()
 
 
+def test_at_390_px_a_filtered_list_opens_with_its_rows_first_and_wide_tables_say_so(
+    chromium, serve, gd, scenario: Scenario
+):
+    """A link to a filtered list, opened on a phone: the filter panel is closed (it says how
+    many filters are set) so the rows are in the first screen; on a wide screen it stays open.
+    A table whose columns run past its box says that more columns scroll sideways."""
+    from playwright.sync_api import expect
+
+    base = serve_dashboard(serve, gd, refresh_seconds=60)
+    phone = chromium.new_page(viewport={"width": 390, "height": 844})
+    phone.goto(f"{base}/workflows?state=ready&state=paused&type=DashApproval")
+    expect(phone.locator("details.more [data-filters-set]")).to_have_text("(2 set)")
+    assert phone.evaluate("document.querySelector('details.more').open") is False
+    first = phone.locator("tr[data-workflow-id]").first
+    box = first.bounding_box()
+    assert box is not None and box["y"] + box["height"] <= 844, box  # in the first screen
+
+    seen_wide = []
+    for page_path in ("/waiting", "/"):
+        phone.goto(base + page_path)
+        wide = phone.evaluate(
+            "Array.from(document.querySelectorAll('.scroll')).map(b => ["
+            " b.scrollWidth > b.clientWidth + 1, b.hasAttribute('data-wider'),"
+            " getComputedStyle(b, '::before').content])"
+        )
+        assert wide, page_path
+        for overflows, marked, hint in wide:
+            assert overflows == marked, (page_path, wide)
+            assert ("scroll sideways" in hint) == overflows, (page_path, wide)
+            seen_wide.append(overflows)
+    assert any(seen_wide), "no table ran past its box at 390 px: the hint went untested"
+    phone.close()
+
+    desk = chromium.new_page(viewport={"width": 1100, "height": 900})
+    desk.goto(f"{base}/workflows?state=ready&state=paused&type=DashApproval")
+    assert desk.evaluate("document.querySelector('details.more').open") is True
+    assert desk.evaluate("document.querySelectorAll('.scroll[data-wider]').length") == 0
+    desk.close()
+
+
 def test_the_overview_chart_has_a_time_axis_under_its_bars(chromium, serve, gd, scenario):
     """Five times, a quarter hour apart, left to right under the bars, none overlapping, and
     the axis named: a reader sees when, not only how many."""

@@ -58,6 +58,12 @@ class FilterForm:
         """Whether a field other than the hero search is set (the page then shows them all)."""
         return any(key != "hero_id" for key, _ in self.items())
 
+    @property
+    def filters_set(self) -> int:
+        """How many fields other than the hero search are set (a state list counts once): what
+        the collapsed "More filters" says, so a phone shows the rows first and still tells."""
+        return len({key for key, _ in self.items() if key != "hero_id"})
+
     def items(self) -> list[tuple[str, str]]:
         """The non-empty fields as query items, to carry the filter into links and forms."""
         pairs: list[tuple[str, str]] = []

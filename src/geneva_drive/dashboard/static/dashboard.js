@@ -90,3 +90,35 @@
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
   else start();
 })();
+
+// Narrow screens. A filtered list opened from a link shows its rows in the first screen: the
+// "More filters" panel, open because a filter is set, is closed (its summary says how many are
+// set). And a table whose columns run past its box says so, because a phone hides them without
+// a scroll bar: its box gets data-wider, which the stylesheet turns into a hint.
+(function () {
+  "use strict";
+  var NARROW = "(max-width: 40rem)";
+  function collapseFilters() {
+    if (!window.matchMedia(NARROW).matches) return;
+    Array.prototype.forEach.call(document.querySelectorAll("details.more[open]"), function (d) {
+      d.open = false;
+    });
+  }
+  function markWide(root) {
+    Array.prototype.forEach.call(root.querySelectorAll(".scroll"), function (box) {
+      box.toggleAttribute("data-wider", box.scrollWidth > box.clientWidth + 1);
+    });
+  }
+  function ready() {
+    collapseFilters();
+    markWide(document);
+  }
+  document.addEventListener("gd:refreshed", function (event) {
+    markWide(event.target);
+  });
+  window.addEventListener("resize", function () {
+    markWide(document);
+  });
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", ready);
+  else ready();
+})();
