@@ -385,11 +385,6 @@ class ProcessLeases:
         self._beat: Heartbeat | None = None
         self._thread: threading.Thread | None = None
 
-    @property
-    def config(self) -> Settings | None:
-        beat = self._beat
-        return None if beat is None else beat.config
-
     def use(self, config: Settings) -> None:
         """Renew leases in ``config``'s database (where this process's tasks run steps); the
         first time, and whenever the settings change, check the engine's pool and reserve the
