@@ -19,14 +19,13 @@ import os
 from collections.abc import Iterator
 
 import pytest
-from sqlalchemy import Engine, delete
+from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from geneva_drive.core.clock import FrozenClock
 from geneva_drive.runtime.configure import configured
 from geneva_drive.storage.db import create_engine
-from geneva_drive.storage.migrate import install
-from geneva_drive.storage.models import Base
+from geneva_drive.storage.migrate import empty, install
 
 URL_OPTION = "--geneva-drive-url"
 URL_ENV = "GENEVA_DRIVE_TEST_URL"
@@ -82,16 +81,9 @@ def geneva_drive_session(
 ) -> Iterator[Session]:
     """A session for one test, with geneva-drive configured on the test engine and the frozen
     clock; geneva-drive's tables are emptied before the test (your own tables are not)."""
-    _empty_tables(geneva_drive_engine)
+    empty(geneva_drive_engine)
     with (
         configured(engine=geneva_drive_engine, clock=frozen_clock),
         Session(geneva_drive_engine) as session,
     ):
         yield session
-
-
-def _empty_tables(engine: Engine) -> None:
-    """Delete every row of geneva-drive's tables; the schema and its version stay."""
-    with engine.begin() as connection:
-        for table in reversed(Base.metadata.sorted_tables):  # children before parents
-            connection.execute(delete(table))

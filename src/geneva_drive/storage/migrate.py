@@ -17,10 +17,15 @@ from alembic import command
 from alembic.config import Config
 from alembic.script import ScriptDirectory
 from alembic.util import CommandError
-from sqlalchemy import Connection, Engine, Index, text
+from sqlalchemy import Connection, Engine, Index, delete, text
 
 from geneva_drive.storage.db import engine_for_workers, prepare_engine
-from geneva_drive.storage.models import DIALECTS_INFO_KEY, MYSQL_DIALECTS, MYSQL_UNIQUE_KEY_COLUMNS
+from geneva_drive.storage.models import (
+    DIALECTS_INFO_KEY,
+    MYSQL_DIALECTS,
+    MYSQL_UNIQUE_KEY_COLUMNS,
+    Base,
+)
 from geneva_drive.storage.revision import VERSION_TABLE as VERSION_TABLE
 from geneva_drive.storage.revision import current_revision as current_revision
 
@@ -153,6 +158,14 @@ def comparison_filter(dialect_name: str) -> Callable[..., bool]:
 def install(engine: Engine) -> None:
     """Create or bring up to date the geneva-drive tables. Idempotent: safe to run on every boot."""
     upgrade(engine, "head")
+
+
+def empty(engine: Engine) -> None:
+    """Delete every row of geneva-drive's tables; the schema and its version stay (a test's
+    clean slate, see ``geneva_drive.pytest_plugin``)."""
+    with engine.begin() as connection:
+        for table in reversed(Base.metadata.sorted_tables):  # children before parents
+            connection.execute(delete(table))
 
 
 def is_known_revision(revision: str) -> bool:
