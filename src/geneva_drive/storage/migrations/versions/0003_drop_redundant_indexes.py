@@ -14,7 +14,7 @@ are the leading column of a wider index that stays, so no query loses its index:
 - ``(scheduled_for)``: every query on it also filters on ``state``, and uses
   ``(state, scheduled_for)`` or the partial "due" indexes.
 
-Measured (benchmarks/RESULTS.md): PostgreSQL's CPU per no-op step falls by about a quarter.
+Measured (benchmarks/HISTORY.md): PostgreSQL's CPU per no-op step falls by about a quarter.
 Written by hand and frozen like 0001.
 """
 

@@ -12,7 +12,7 @@ which implies ``IS NOT NULL``, so the planners use the partial indexes as before
 Why: a step inserts its successor and updates itself, and neither row has a continuation or a
 signal, nor the new row a ``finished_at`` — yet each wrote a NULL entry into all three indexes
 (an update that changes ``state`` is never HOT on PostgreSQL). Measured on PostgreSQL with
-durable commits: 2,332 → 1,964 bytes of WAL per no-op step (benchmarks/RESULTS.md). Written by
+durable commits: 2,332 → 1,964 bytes of WAL per no-op step (benchmarks/HISTORY.md). Written by
 hand and frozen like 0001.
 """
 
