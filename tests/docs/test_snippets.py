@@ -90,6 +90,8 @@ def test_the_pages_with_code_are_the_ones_these_tests_run():
     with_code = {page.name for page in PAGES if python_blocks(page)}
 
     assert {"index.md", "getting-started.md", "concepts.md", "testing.md"} <= with_code
+    operating = {"operating.md", "admin-api.md", "dashboard.md", "deploy-check.md"}
+    assert operating | {"workers.md", "celery.md"} <= with_code
 
 
 @pytest.mark.parametrize("page", PAGES, ids=[page.name for page in PAGES])
