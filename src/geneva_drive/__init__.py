@@ -30,6 +30,7 @@ if TYPE_CHECKING:
         UnstorableTextError,
         WorkerCrashed,
         WorkflowAlreadyOngoing,
+        WorkflowClassNotLoaded,
         WorkflowNotOngoing,
     )
     from geneva_drive.core.events import subscribe
@@ -88,6 +89,7 @@ _EXPORTS: dict[str, str] = {
     "WorkerCrashed": "geneva_drive.core.errors",
     "Workflow": "geneva_drive.definition.workflow",
     "WorkflowAlreadyOngoing": "geneva_drive.core.errors",
+    "WorkflowClassNotLoaded": "geneva_drive.core.errors",
     "WorkflowNotOngoing": "geneva_drive.core.errors",
     "WorkflowState": "geneva_drive.core.states",
     "clear_shutdown_request": "geneva_drive.core.shutdown",
@@ -168,6 +170,7 @@ __all__ = [
     "WorkerCrashed",
     "Workflow",
     "WorkflowAlreadyOngoing",
+    "WorkflowClassNotLoaded",
     "WorkflowNotOngoing",
     "WorkflowState",
     "clear_shutdown_request",

@@ -258,3 +258,59 @@ def test_an_action_is_part_of_the_callers_transaction(session, make, clock):
     assert admin.show(session, wf.id).workflow.state == "ready"
     assert admin.show(session, wf.id).actions == ()
     clock.advance(timedelta(seconds=1))
+
+
+# -- a class this process has not loaded ------------------------------------------------------
+# The row loads as the base Workflow, which has no steps: a verb that moves along the steps
+# would compute "no step after this one" and finish the workflow (what `geneva-drive skip`
+# without --app did). Such verbs are refused, naming the class and how to load it.
+
+
+def _as_unloaded(session: Any, wf: Any, name: str) -> None:
+    from sqlalchemy import update
+
+    from geneva_drive import Workflow
+
+    session.execute(update(Workflow).where(Workflow.id == wf.id).values(type=name))
+    session.commit()
+    session.expunge_all()
+
+
+@pytest.mark.parametrize("paused", [False, True], ids=["ready", "paused"])
+def test_skip_of_a_workflow_whose_class_is_not_loaded_is_refused_and_changes_nothing(
+    session, make, paused
+):
+    wf = make(AdminThreeSteps, run=1)  # second scheduled
+    if paused:
+        admin.pause(session, wf.id, actor="alice")
+        session.commit()
+    _as_unloaded(session, wf, "OrderCheckoutGoneHere")
+    before = _rows(session)
+
+    with pytest.raises(AdminRefused) as refused:
+        admin.skip(session, wf.id, actor="alice")
+    session.commit()
+
+    message = str(refused.value)
+    assert "OrderCheckoutGoneHere" in message and "not loaded" in message
+    assert "--app" in message  # how to load it
+    assert _rows(session) == before
+    assert admin.show(session, wf.id).workflow.state == ("paused" if paused else "ready")
+
+
+def test_resume_at_and_resume_of_an_unloaded_class_say_it_is_not_loaded(session, make):
+    wf = make(AdminFlaky, run=2)  # charge failed: paused, no execution kept
+    _as_unloaded(session, wf, "FlakyGoneHere")
+    before = _rows(session)
+
+    for act in (
+        lambda: admin.resume(session, wf.id, actor="alice"),
+        lambda: admin.retry(session, wf.id, actor="alice"),
+        lambda: admin.resume_at(session, wf.id, "charge", actor="alice"),
+    ):
+        with pytest.raises((AdminRefused, AdminInputError)) as refused:
+            act()
+        session.rollback()
+        assert "FlakyGoneHere" in str(refused.value)
+        assert "not loaded" in str(refused.value), str(refused.value)
+    assert _rows(session) == before

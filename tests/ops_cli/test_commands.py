@@ -223,6 +223,21 @@ def test_skip_moves_a_paused_workflow_to_the_next_step(session, installed_databa
     assert f"skip: workflow {paused.id} (paused at charge → ready at receipt)" in result.stdout
 
 
+def test_skip_without_the_class_loaded_is_refused_instead_of_finishing_the_workflow(
+    session, installed_database_url
+):
+    """In a fresh process without --app the row's class is unknown: skipping would compute
+    "no next step" and finish the workflow (it did). It is refused, saying to pass --app."""
+    paused = _paused(session)
+
+    result = command("skip", str(paused.id), url=installed_database_url)
+
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "OpsCharge" in result.stderr and "not loaded" in result.stderr, result.stderr
+    assert "--app" in result.stderr
+    assert (_state(session, paused), _step(session, paused)) == ("paused", "charge")
+
+
 def test_cancel_ends_a_workflow(session, installed_database_url):
     workflow = _ready(session)
 

@@ -373,6 +373,7 @@ def _resume_at(
     session: Session, workflow: Workflow, step: str, now: datetime
 ) -> tuple[str, int | None]:
     label = f"{workflow.type} id={workflow.id}"
+    operations.require_class(workflow, f"resume_at({step!r})")
     unknown = _unknown_step(workflow, step)
     if unknown is not None:
         raise AdminInputError(unknown)

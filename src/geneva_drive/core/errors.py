@@ -21,6 +21,7 @@
     ├── WorkerCrashed              a database worker's thread died; the worker stopped
     └── StepExecutionError         carries the execution and workflow it concerns
         └── StepNotDefinedError    a row names a step the class no longer defines
+            └── WorkflowClassNotLoaded  a verb needs the steps of a class this process lacks
 
 Flow-control signals (``self.pause()`` inside a step and friends) are *not* here: they are
 ``BaseException`` subclasses in ``flow.py`` so that ``except Exception`` in application code
@@ -135,3 +136,18 @@ class AdminNotFound(GenevaDriveError, LookupError):
 
 class AdminRefused(InvalidStateError):
     """An action the workflow's state does not allow; the database was left unchanged."""
+
+
+class WorkflowClassNotLoaded(StepNotDefinedError):
+    """A verb that moves along a workflow's steps, on a row whose class this process has not
+    imported: the row loads as the base ``Workflow``, which knows no steps, so the verb cannot
+    tell which step comes next (skipping would finish the workflow)."""
+
+    @classmethod
+    def for_verb(cls, workflow: Any, verb: str) -> WorkflowClassNotLoaded:
+        return cls(
+            f"{workflow.type} id={workflow.id}: cannot {verb}: its class {workflow.type!r} is "
+            "not loaded in this process, so its steps are unknown; import the module that "
+            "defines it (the CLI's and the dashboard's --app, or GENEVA_DRIVE_APP) and try again",
+            workflow=workflow,
+        )

@@ -9,7 +9,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from geneva_drive.core.errors import InvalidStateError, StepNotDefinedError
+from geneva_drive.core.errors import (
+    InvalidStateError,
+    StepNotDefinedError,
+    WorkflowClassNotLoaded,
+)
 from geneva_drive.core.settings import settings_of
 from geneva_drive.core.states import ExecutionState, WorkflowState
 from geneva_drive.engine import outcomes, scheduling, signals, writer
@@ -28,6 +32,13 @@ def _locked(workflow: Workflow) -> Session:
     queries.coordination.take_write_lock(session)  # SQLite: before any read
     queries.lock_workflow(session, workflow.id)
     return session
+
+
+def require_class(workflow: Workflow, verb: str) -> None:
+    """Refuse ``verb`` when the row's class is not imported here: it stands as the base
+    ``Workflow`` (no steps), and "the next step" would be none — a skip would finish it."""
+    if type(workflow).__mapper__.polymorphic_identity != workflow.type:
+        raise WorkflowClassNotLoaded.for_verb(workflow, verb)
 
 
 def _refuse(workflow: Workflow, verb: str, allowed: str) -> InvalidStateError:
@@ -71,6 +82,7 @@ def skip_workflow(workflow: Workflow) -> None:
     session = _locked(workflow)
     if workflow.state not in (WorkflowState.READY, WorkflowState.PAUSED):
         raise _refuse(workflow, "skip", "ready or paused (pause a performing one first)")
+    require_class(workflow, "skip")
     now = settings_of(session).clock.now()
     current = queries.current_execution(session, workflow.id)
     if current is not None and current.state != ExecutionState.IN_PROGRESS:
@@ -126,6 +138,7 @@ def resume_workflow(workflow: Workflow) -> StepExecution | None:
         )
         session.flush()
         return execution
+    require_class(workflow, "resume")
     step_def = workflow.steps.named(workflow.next_step_name)
     if step_def is None or step_def.removed:
         known = ", ".join(d.name for d in workflow.steps.runnable() if d.name) or "none"
