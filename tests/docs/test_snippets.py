@@ -26,7 +26,14 @@ from tests.plugin._support import explain, outcome, run_pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
-PAGES = sorted(DOCS.glob("*.md"))
+PAGES = sorted(DOCS.rglob("*.md"))  # the "coming from" pages are in a folder of their own
+
+
+def page_name(page: Path) -> str:
+    """The page's path under docs/, e.g. ``coming-from/celery.md``."""
+    return page.relative_to(DOCS).as_posix()
+
+
 FENCE = re.compile(r"^```python(?P<attrs>[^\n]*)\n(?P<source>.*?)^```$", re.DOTALL | re.MULTILINE)
 TITLE = re.compile(r'title="(?P<title>[^"]+)"')
 
@@ -65,7 +72,9 @@ def run_page(page: Path, directory: Path) -> None:
             (directory / name).write_text(source)
 
     script = [
-        f"# {page.name}, line {block.line}\n{block.source}" for block in blocks if not block.title
+        f"# {page_name(page)}, line {block.line}\n{block.source}"
+        for block in blocks
+        if not block.title
     ]
     if script:
         (directory / "page.py").write_text("\n\n".join(script))
@@ -78,29 +87,47 @@ def run_page(page: Path, directory: Path) -> None:
             timeout=120,
             check=False,
         )
-        assert result.returncode == 0, f"docs/{page.name}: its code failed\n{explain(result)}"
+        assert result.returncode == 0, f"docs/{page_name(page)}: its code failed\n{explain(result)}"
     if tests:
         result = run_pytest(directory, tests)
         expected = sum(source.count("\ndef test_") for source in tests.values())
-        assert result.returncode == 0, f"docs/{page.name}: its tests failed\n{explain(result)}"
+        assert result.returncode == 0, (
+            f"docs/{page_name(page)}: its tests failed\n{explain(result)}"
+        )
         assert outcome(result).startswith(f"{expected} passed"), explain(result)
 
 
 def test_the_pages_with_code_are_the_ones_these_tests_run():
-    with_code = {page.name for page in PAGES if python_blocks(page)}
+    with_code = {page_name(page) for page in PAGES if python_blocks(page)}
 
-    assert {"index.md", "getting-started.md", "concepts.md", "testing.md"} <= with_code
+    assert {
+        "index.md",
+        "getting-started.md",
+        "concepts.md",
+        "testing.md",
+        "workflows.md",
+        "starting.md",
+        "flow-control.md",
+        "exception-policies.md",
+        "resumable-steps.md",
+        "signals.md",
+        "configuration.md",
+        "coming-from/geneva-drive-ruby.md",
+        "coming-from/celery.md",
+        "coming-from/dbos.md",
+        "coming-from/temporal.md",
+    } <= with_code
     operating = {"operating.md", "admin-api.md", "dashboard.md", "deploy-check.md"}
     assert operating | {"workers.md", "celery.md"} <= with_code
 
 
-@pytest.mark.parametrize("page", PAGES, ids=[page.name for page in PAGES])
+@pytest.mark.parametrize("page", PAGES, ids=[page_name(page) for page in PAGES])
 def test_every_python_fence_of_a_page_is_found(page):
     """A fence the extraction misses (```py, ```python3, an indented fence) would never run."""
     fences = re.findall(r"^\s*```\s*(py|python\S*)\b", page.read_text(), flags=re.MULTILINE)
 
     assert len(fences) == len(python_blocks(page)), (
-        f"docs/{page.name}: write Python examples as ```python fences at the start of a line"
+        f"docs/{page_name(page)}: write Python examples as ```python fences at the start of a line"
     )
 
 
@@ -108,7 +135,7 @@ def test_every_python_fence_of_a_page_is_found(page):
 @pytest.mark.parametrize(
     "page",
     [page for page in PAGES if python_blocks(page)],
-    ids=[page.name for page in PAGES if python_blocks(page)],
+    ids=[page_name(page) for page in PAGES if python_blocks(page)],
 )
 def test_the_code_of_a_page_runs_as_written(page, tmp_path):
     run_page(page, tmp_path)
