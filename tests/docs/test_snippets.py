@@ -30,7 +30,10 @@ PAGES = sorted(DOCS.rglob("*.md"))  # the "coming from" pages are in a folder of
 
 
 def page_name(page: Path) -> str:
-    """The page's path under docs/, e.g. ``coming-from/celery.md``."""
+    """The page's path under docs/, e.g. ``coming-from/celery.md`` (the repository's root
+    pages, the README, as ``../README.md``)."""
+    if not page.is_relative_to(DOCS):
+        return f"../{page.relative_to(ROOT).as_posix()}"
     return page.relative_to(DOCS).as_posix()
 
 
@@ -161,3 +164,12 @@ def test_the_site_builds_with_warnings_as_errors(tmp_path):
 
     assert result.returncode == 0, explain(result)
     assert (tmp_path / "reference" / "index.html").read_text().count('id="geneva_drive.') > 50
+
+
+@pytest.mark.slow
+def test_the_readme_example_runs_as_written(tmp_path):
+    """The README's one complete example is a whole program: it runs as a reader saves it."""
+    readme = ROOT / "README.md"
+    assert len(python_blocks(readme)) == 1, "README.md: keep one complete ```python example"
+
+    run_page(readme, tmp_path)
