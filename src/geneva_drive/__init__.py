@@ -16,6 +16,7 @@ from geneva_drive.definition.ports import Verbs, provide_verbs
 if TYPE_CHECKING:
     from geneva_drive.core.clock import FrozenClock, SystemClock
     from geneva_drive.core.errors import (
+        AsyncDriverUnsupported,
         CursorTooLargeError,
         GenevaDriveError,
         InvalidStateError,
@@ -52,7 +53,12 @@ if TYPE_CHECKING:
     from geneva_drive.definition.workflow import Workflow
     from geneva_drive.runtime.backends import DatabaseBackend, InlineBackend
     from geneva_drive.runtime.configure import configure
-    from geneva_drive.storage.db import create_engine, immediate_transactions, prepare_engine
+    from geneva_drive.storage.db import (
+        create_async_engine,
+        create_engine,
+        immediate_transactions,
+        prepare_engine,
+    )
     from geneva_drive.storage.migrate import install
     from geneva_drive.storage.models import Signal, StepExecution
 
@@ -61,6 +67,7 @@ if TYPE_CHECKING:
 # name is first used (PEP 562), so ``geneva-drive --version`` loads no SQLAlchemy and a script
 # that uses the DSL loads no Alembic. Every name still imports as ``from geneva_drive import X``.
 _EXPORTS: dict[str, str] = {
+    "AsyncDriverUnsupported": "geneva_drive.core.errors",
     "CursorTooLargeError": "geneva_drive.core.errors",
     "DatabaseBackend": "geneva_drive.runtime.backends",
     "ExceptionPolicy": "geneva_drive.definition.policy",
@@ -92,6 +99,7 @@ _EXPORTS: dict[str, str] = {
     "WorkflowState": "geneva_drive.core.states",
     "clear_shutdown_request": "geneva_drive.core.shutdown",
     "configure": "geneva_drive.runtime.configure",
+    "create_async_engine": "geneva_drive.storage.db",
     "create_engine": "geneva_drive.storage.db",
     "exponential_backoff": "geneva_drive.definition.policy",
     "immediate_transactions": "geneva_drive.storage.db",
@@ -141,6 +149,7 @@ provide_verbs(_engine_verbs)
 __version__ = "0.1.0"
 
 __all__ = [
+    "AsyncDriverUnsupported",
     "CursorTooLargeError",
     "DatabaseBackend",
     "ExceptionPolicy",
@@ -172,6 +181,7 @@ __all__ = [
     "WorkflowState",
     "clear_shutdown_request",
     "configure",
+    "create_async_engine",
     "create_engine",
     "exponential_backoff",
     "immediate_transactions",

@@ -9,6 +9,7 @@ import pytest
 import geneva_drive
 
 EXPECTED_PUBLIC_NAMES = [
+    "AsyncDriverUnsupported",
     "CursorTooLargeError",
     "DatabaseBackend",
     "ExceptionPolicy",
@@ -40,6 +41,7 @@ EXPECTED_PUBLIC_NAMES = [
     "WorkflowState",
     "clear_shutdown_request",
     "configure",
+    "create_async_engine",
     "create_engine",
     "exponential_backoff",
     "immediate_transactions",

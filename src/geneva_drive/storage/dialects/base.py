@@ -42,6 +42,9 @@ class Dialect:
     single_writer: ClassVar[bool] = False
     # Step threads a worker runs when not told: one writer gains nothing from more.
     default_concurrency: ClassVar[int] = 4
+    # Why the async API (``acreate``, ``asignal``…) refuses an async engine on this database,
+    # with what to use instead; None where its async drivers are supported.
+    async_refusal: ClassVar[str | None] = None
 
     def create_engine(self, url: sqlalchemy.URL, **kwargs: Any) -> Engine:
         """``sqlalchemy.create_engine`` with what this database needs set on ``url``."""

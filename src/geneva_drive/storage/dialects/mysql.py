@@ -28,6 +28,12 @@ class MySQL(Dialect):
     # A single-table DELETE with an IN sub-query runs it as a *dependent* sub-query for every
     # row of the table (no semi-join for DELETE before MariaDB 11.1).
     deletes_by_semi_join = False
+    async_refusal = (
+        "geneva-drive's async API does not support MySQL/MariaDB: no async driver (aiomysql, "
+        "asyncmy) passes its test suite; use a sync Session on geneva_drive.create_engine(url) "
+        "and the sync verbs (create, signal, pause…) — from async code, in a worker thread "
+        "(e.g. `await asyncio.to_thread(...)` or FastAPI's plain `def` handlers)"
+    )
 
     def create_engine(self, url: sqlalchemy.URL, **kwargs: Any) -> Engine:
         """READ COMMITTED for every connection (unless ``isolation_level`` is given) and the
