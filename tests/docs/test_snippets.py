@@ -89,7 +89,7 @@ def run_page(page: Path, directory: Path) -> None:
 def test_the_pages_with_code_are_the_ones_these_tests_run():
     with_code = {page.name for page in PAGES if python_blocks(page)}
 
-    assert {"index.md", "getting-started.md", "concepts.md", "testing.md"} <= with_code
+    assert {"index.md", "getting-started.md", "concepts.md", "testing.md", "async.md"} <= with_code
 
 
 @pytest.mark.parametrize("page", PAGES, ids=[page.name for page in PAGES])
