@@ -1,9 +1,5 @@
-"""Fixtures for the async API's tests: the same fresh database reached by an async engine.
-
-The async API runs on SQLite (aiosqlite) and PostgreSQL (psycopg's async mode); on MariaDB it
-is refused (``AsyncDriverUnsupported``, tested without a server), so ``db_backend`` here
-covers the two databases it supports.
-"""
+"""Fixtures for the async API's tests: the same fresh database reached by an async engine,
+through SQLite's aiosqlite, psycopg's async mode and MariaDB's aiomysql."""
 
 from __future__ import annotations
 
@@ -15,16 +11,14 @@ import pytest
 import sqlalchemy as sa
 
 import geneva_drive
-from tests.conftest import _backend_param
 
 T = TypeVar("T")
 
-ASYNC_DRIVERS = {"sqlite": "sqlite+aiosqlite", "postgresql": "postgresql+psycopg"}
-
-
-@pytest.fixture(params=[_backend_param(name) for name in ASYNC_DRIVERS])
-def db_backend(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
+ASYNC_DRIVERS = {
+    "sqlite": "sqlite+aiosqlite",
+    "postgresql": "postgresql+psycopg",
+    "mariadb": "mariadb+aiomysql",
+}
 
 
 def async_url(url: str) -> sa.URL:

@@ -1,5 +1,5 @@
 """Mixing the sync and async APIs is a TypeError that names the call to use, before anything
-is written; MariaDB's async drivers are refused by name."""
+is written."""
 
 from __future__ import annotations
 
@@ -7,8 +7,7 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-import geneva_drive
-from geneva_drive import AsyncDriverUnsupported, InvalidStateError, Workflow, admin, step
+from geneva_drive import InvalidStateError, Workflow, admin, step
 from tests.async_api.conftest import run
 from tests.support.app import Order
 
@@ -93,13 +92,3 @@ def test_a_sync_session_given_to_an_admin_twin_names_the_sync_function(gd, sessi
         run(admin.apause(session, 1, actor="ops"))
     with pytest.raises(TypeError, match=r"admin\.afind\(\): expected an AsyncSession, got 'x'"):
         run(admin.afind("x"))  # type: ignore[arg-type]
-
-
-@pytest.mark.parametrize("url", ["mariadb+aiomysql://u@localhost/db", "mysql+asyncmy://u@h/db"])
-def test_an_async_engine_on_mariadb_is_refused_saying_what_to_use(url):
-    with pytest.raises(AsyncDriverUnsupported) as refused:
-        geneva_drive.create_async_engine(url)
-
-    message = str(refused.value)
-    assert "does not support MySQL/MariaDB" in message
-    assert "geneva_drive.create_engine(url)" in message and "asyncio.to_thread" in message

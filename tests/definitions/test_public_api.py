@@ -9,7 +9,6 @@ import pytest
 import geneva_drive
 
 EXPECTED_PUBLIC_NAMES = [
-    "AsyncDriverUnsupported",
     "CursorTooLargeError",
     "DatabaseBackend",
     "ExceptionPolicy",

@@ -19,7 +19,6 @@
     ├── SerializationError         a value the JSON codec cannot store
     │   └── UnstorableTextError    text with NUL or a lone surrogate (also a ValueError)
     ├── WorkerCrashed              a database worker's thread died; the worker stopped
-    ├── AsyncDriverUnsupported     an async engine on a database with no async driver we test
     └── StepExecutionError         carries the execution and workflow it concerns
         └── StepNotDefinedError    a row names a step the class no longer defines
 
@@ -58,11 +57,6 @@ class UnitOfWorkError(GenevaDriveError):
 
 class WorkerCrashed(GenevaDriveError):
     """A thread of the database worker died of an unexpected error, so the worker stopped."""
-
-
-class AsyncDriverUnsupported(GenevaDriveError):
-    """An async engine or ``AsyncSession`` on a database whose async drivers geneva-drive does
-    not support; the message names the database and what to use instead."""
 
 
 class InvalidStateError(GenevaDriveError):

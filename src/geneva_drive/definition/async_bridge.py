@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from sqlalchemy.orm import Session, object_session
 
 from geneva_drive.core.errors import InvalidStateError
-from geneva_drive.storage.db import check_async_driver
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession
@@ -64,7 +63,6 @@ async def run_on(session: Any, call: str, sync_call: str, work: Callable[[Sessio
                 f"With a sync Session, call {sync_call} (without await)"
             )
         raise TypeError(f"{call}: expected an AsyncSession, got {session!r:.80}")
-    check_async_driver(session.sync_session.get_bind(), call)
     return await session.run_sync(work)
 
 

@@ -6,10 +6,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
-from geneva_drive.core.errors import AsyncDriverUnsupported
 from geneva_drive.core.settings import SESSION_SETTINGS, Settings
 from geneva_drive.storage.dialects import dialect_named, dialect_of
 
@@ -31,31 +30,20 @@ def create_engine(url: str | sqlalchemy.URL, **kwargs: Any) -> Engine:
 
 
 def create_async_engine(url: str | sqlalchemy.URL, **kwargs: Any) -> AsyncEngine:
-    """``sqlalchemy.ext.asyncio.create_async_engine`` prepared as :func:`create_engine`
-    prepares a sync one, for the async API (``acreate``, ``asignal``…) on an
-    ``AsyncSession``: ``sqlite+aiosqlite://…`` or ``postgresql+psycopg://…``.
+    """``sqlalchemy.ext.asyncio.create_async_engine`` set up as :func:`create_engine` sets up
+    a sync one, for the async API (``acreate``, ``asignal``…) on an ``AsyncSession``:
+    ``sqlite+aiosqlite://…``, ``postgresql+psycopg://…`` or ``mariadb+aiomysql://…``.
 
-    The preparation is the same listeners on the engine's ``sync_engine`` (SQLite: WAL, the
-    busy timeout, our BEGIN). A database the async API does not support is refused here with
-    :class:`AsyncDriverUnsupported`, which says what to use instead.
+    The same engine arguments (MySQL/MariaDB: READ COMMITTED, utf8mb4) and the same listeners,
+    on the engine's ``sync_engine`` (SQLite: WAL, the busy timeout, our BEGIN).
     """
     from sqlalchemy.ext.asyncio import create_async_engine as create
 
     url = sqlalchemy.make_url(url)
-    dialect = dialect_named(url.get_backend_name())
-    if dialect.async_refusal is not None:
-        raise AsyncDriverUnsupported(f"create_async_engine({url!r}): {dialect.async_refusal}")
+    url, kwargs = dialect_named(url.get_backend_name()).engine_arguments(url, kwargs)
     engine = create(url, **kwargs)
     prepare_engine(engine.sync_engine)
     return engine
-
-
-def check_async_driver(engine: Engine | Connection, call: str) -> None:
-    """Refuse an ``AsyncSession`` on a database the async API does not support (its
-    ``sync_engine`` is ``engine``), before anything is sent."""
-    refusal = dialect_of(engine).async_refusal
-    if refusal is not None:
-        raise AsyncDriverUnsupported(f"{call}: {refusal}")
 
 
 def prepare_engine(engine: Engine) -> Engine:
