@@ -53,7 +53,12 @@ if TYPE_CHECKING:
     from geneva_drive.definition.workflow import Workflow
     from geneva_drive.runtime.backends import DatabaseBackend, InlineBackend
     from geneva_drive.runtime.configure import configure
-    from geneva_drive.storage.db import create_engine, immediate_transactions, prepare_engine
+    from geneva_drive.storage.db import (
+        create_async_engine,
+        create_engine,
+        immediate_transactions,
+        prepare_engine,
+    )
     from geneva_drive.storage.migrate import install
     from geneva_drive.storage.models import Signal, StepExecution
 
@@ -94,6 +99,7 @@ _EXPORTS: dict[str, str] = {
     "WorkflowState": "geneva_drive.core.states",
     "clear_shutdown_request": "geneva_drive.core.shutdown",
     "configure": "geneva_drive.runtime.configure",
+    "create_async_engine": "geneva_drive.storage.db",
     "create_engine": "geneva_drive.storage.db",
     "exponential_backoff": "geneva_drive.definition.policy",
     "immediate_transactions": "geneva_drive.storage.db",
@@ -175,6 +181,7 @@ __all__ = [
     "WorkflowState",
     "clear_shutdown_request",
     "configure",
+    "create_async_engine",
     "create_engine",
     "exponential_backoff",
     "immediate_transactions",

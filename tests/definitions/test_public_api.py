@@ -40,6 +40,7 @@ EXPECTED_PUBLIC_NAMES = [
     "WorkflowState",
     "clear_shutdown_request",
     "configure",
+    "create_async_engine",
     "create_engine",
     "exponential_backoff",
     "immediate_transactions",

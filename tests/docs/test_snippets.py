@@ -115,6 +115,7 @@ def test_the_pages_with_code_are_the_ones_these_tests_run():
         "resumable-steps.md",
         "signals.md",
         "configuration.md",
+        "async.md",
         "coming-from/geneva-drive-ruby.md",
         "coming-from/celery.md",
         "coming-from/dbos.md",

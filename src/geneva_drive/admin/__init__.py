@@ -9,6 +9,9 @@ frozen dataclasses of plain values; :func:`to_json` turns them into JSON-ready d
 - act: :func:`pause`, :func:`resume`, :func:`skip`, :func:`cancel`, :func:`retry`,
   :func:`resume_at`, :func:`signal`, and :func:`bulk` by filter
 - measure: :func:`stats`
+- async twins on an ``AsyncSession`` (``admin.twins``): :func:`apause`, :func:`aresume`,
+  :func:`askip`, :func:`acancel`, :func:`aretry`, :func:`aresume_at`, :func:`asignal`,
+  :func:`afind`, :func:`acount`, :func:`afor_hero`, :func:`ashow`, :func:`astats`
 """
 
 from __future__ import annotations
@@ -39,6 +42,20 @@ if TYPE_CHECKING:
     from geneva_drive.admin.inspect import ActionEntry, ExecutionEntry, SignalEntry, Timeline, show
     from geneva_drive.admin.jsonable import to_json
     from geneva_drive.admin.measure import OutcomeBucket, OutcomeCount, QueueBacklog, Stats, stats
+    from geneva_drive.admin.twins import (
+        acancel,
+        acount,
+        afind,
+        afor_hero,
+        apause,
+        aresume,
+        aresume_at,
+        aretry,
+        ashow,
+        asignal,
+        askip,
+        astats,
+    )
     from geneva_drive.core.errors import AdminInputError, AdminNotFound, AdminRefused
 
 # The largest page :func:`find` returns. Here, not in ``find``, so that the CLI's ``--limit``
@@ -66,6 +83,18 @@ _EXPORTS: dict[str, str] = {
     "Timeline": "geneva_drive.admin.inspect",
     "WorkflowFilter": "geneva_drive.admin.filters",
     "WorkflowSummary": "geneva_drive.admin.find",
+    "acancel": "geneva_drive.admin.twins",
+    "acount": "geneva_drive.admin.twins",
+    "afind": "geneva_drive.admin.twins",
+    "afor_hero": "geneva_drive.admin.twins",
+    "apause": "geneva_drive.admin.twins",
+    "aresume": "geneva_drive.admin.twins",
+    "aresume_at": "geneva_drive.admin.twins",
+    "aretry": "geneva_drive.admin.twins",
+    "ashow": "geneva_drive.admin.twins",
+    "asignal": "geneva_drive.admin.twins",
+    "askip": "geneva_drive.admin.twins",
+    "astats": "geneva_drive.admin.twins",
     "bulk": "geneva_drive.admin.act",
     "cancel": "geneva_drive.admin.act",
     "count": "geneva_drive.admin.find",
@@ -124,6 +153,18 @@ __all__ = [
     "Timeline",
     "WorkflowFilter",
     "WorkflowSummary",
+    "acancel",
+    "acount",
+    "afind",
+    "afor_hero",
+    "apause",
+    "aresume",
+    "aresume_at",
+    "aretry",
+    "ashow",
+    "asignal",
+    "askip",
+    "astats",
     "bulk",
     "cancel",
     "count",

@@ -13,7 +13,7 @@ import logging
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import timedelta
-from typing import Any, ClassVar, Self, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar, cast
 
 from sqlalchemy.orm import Mapper, Session, object_session
 
@@ -27,6 +27,7 @@ from geneva_drive.core.errors import (
 from geneva_drive.core.events import workflow_logger
 from geneva_drive.core.settings import settings_of
 from geneva_drive.core.states import ExecutionState, Outcome, WorkflowState
+from geneva_drive.definition.async_bridge import async_session_of, refuse_async_session, run_on
 from geneva_drive.definition.callables import is_async, signature_problem
 from geneva_drive.definition.flow import Action, FlowControl
 from geneva_drive.definition.job_options import checked_step_job_options, job_option_problem
@@ -45,7 +46,11 @@ from geneva_drive.storage.models import (
     workflow_table_args,
 )
 
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncSession
+
 Hook = Callable[..., Any]
+_T = TypeVar("_T")
 
 
 class _FallbackIdentities(dict[Any, Mapper[Any]]):
@@ -127,6 +132,7 @@ class Workflow(WorkflowColumns, Base):
         step_job_options: dict[str, Any] | None = None,
     ) -> Self:
         """Start a workflow inside ``session``'s transaction; its first step runs after commit."""
+        refuse_async_session(session, f"{cls.__name__}.create()", f"{cls.__name__}.acreate()")
         return verbs().create(
             cls,
             session,
@@ -149,6 +155,9 @@ class Workflow(WorkflowColumns, Base):
         """Start one workflow per hero (or ``count`` hero-less ones) in ``session``'s
         transaction, in a few multi-row INSERTs; heroes that already have an ongoing workflow
         of this class are listed in the result's ``conflicts``."""
+        refuse_async_session(
+            session, f"{cls.__name__}.create_many()", f"{cls.__name__}.acreate_many()"
+        )
         return verbs().create_many(
             cls,
             session,
@@ -157,6 +166,59 @@ class Workflow(WorkflowColumns, Base):
             allow_multiple=allow_multiple,
             step_job_options=step_job_options,
             raise_on_conflict=raise_on_conflict,
+        )
+
+    # -- the async twins: the sync verbs, run on an AsyncSession (see async_bridge) ------
+
+    @classmethod
+    async def acreate(
+        cls,
+        session: AsyncSession,
+        *,
+        hero: Any = None,
+        allow_multiple: bool = False,
+        step_job_options: dict[str, Any] | None = None,
+    ) -> Self:
+        """:meth:`create` on an ``AsyncSession``, in its transaction (nothing is committed).
+
+        It runs ``create()`` itself on the session's ``sync_session`` (``run_sync``), so the
+        statements, uniqueness and errors are create()'s, and the first step's wake-up is sent
+        by ``await session.commit()`` — never after a rollback. ``hero``: an instance of the
+        same ``AsyncSession`` (or a new one, which is flushed).
+        """
+        return await run_on(
+            session,
+            f"{cls.__name__}.acreate()",
+            f"{cls.__name__}.create()",
+            lambda sync: cls.create(
+                sync, hero=hero, allow_multiple=allow_multiple, step_job_options=step_job_options
+            ),
+        )
+
+    @classmethod
+    async def acreate_many(
+        cls,
+        session: AsyncSession,
+        *,
+        heroes: Iterable[Any] | None = None,
+        count: int | None = None,
+        allow_multiple: bool = False,
+        step_job_options: dict[str, Any] | None = None,
+        raise_on_conflict: bool = False,
+    ) -> StartResult:
+        """:meth:`create_many` on an ``AsyncSession``, as :meth:`acreate` is ``create()``."""
+        return await run_on(
+            session,
+            f"{cls.__name__}.acreate_many()",
+            f"{cls.__name__}.create_many()",
+            lambda sync: cls.create_many(
+                sync,
+                heroes=heroes,
+                count=count,
+                allow_multiple=allow_multiple,
+                step_job_options=step_job_options,
+                raise_on_conflict=raise_on_conflict,
+            ),
         )
 
     # -- the hero ------------------------------------------------------------------------
@@ -367,7 +429,20 @@ class Workflow(WorkflowColumns, Base):
 
         ``session``: the hero's own session unless given. See ``geneva_drive.admin.for_hero``.
         """
+        refuse_async_session(
+            session, f"{cls.__name__}.ongoing_for()", f"{cls.__name__}.aongoing_for()"
+        )
         return verbs().of_hero(cls, hero, session, ongoing_only=True)
+
+    @classmethod
+    async def aongoing_for(cls, hero: Any, session: AsyncSession) -> list[Workflow]:
+        """:meth:`ongoing_for` on an ``AsyncSession`` (given: a hero cannot name its own)."""
+        return await run_on(
+            session,
+            f"{cls.__name__}.aongoing_for()",
+            f"{cls.__name__}.ongoing_for()",
+            lambda sync: cls.ongoing_for(hero, sync),
+        )
 
     def signal(
         self,
@@ -383,6 +458,45 @@ class Workflow(WorkflowColumns, Base):
         is written; ``allow_unknown=True`` stores it anyway (for a step not deployed yet).
         """
         return verbs().signal(self, name, payload, idempotency_key, allow_unknown=allow_unknown)
+
+    async def asignal(
+        self,
+        name: str,
+        payload: Any = None,
+        idempotency_key: str | None = None,
+        *,
+        allow_unknown: bool = False,
+    ) -> Signal:
+        """:meth:`signal` on the ``AsyncSession`` this workflow was loaded with, in its
+        transaction: the same row lock, idempotency and errors; the step it wakes is handed
+        to a worker by ``await session.commit()``."""
+        return await self._on_async_session(
+            "asignal",
+            lambda: self.signal(name, payload, idempotency_key, allow_unknown=allow_unknown),
+        )
+
+    async def apause(self) -> None:
+        """:meth:`pause`, on this workflow's ``AsyncSession`` (inside a step: stop and pause)."""
+        await self._on_async_session("apause", self.pause)
+
+    async def aresume(self) -> StepExecution | None:
+        """:meth:`resume`, on this workflow's ``AsyncSession``."""
+        return await self._on_async_session("aresume", self.resume)
+
+    async def askip(self) -> None:
+        """:meth:`skip`, on this workflow's ``AsyncSession`` (inside a step: move on)."""
+        await self._on_async_session("askip", self.skip)
+
+    async def acancel(self) -> None:
+        """:meth:`cancel`, on this workflow's ``AsyncSession`` (inside a step: stop, cancel)."""
+        await self._on_async_session("acancel", self.cancel)
+
+    async def _on_async_session(self, call: str, verb: Callable[[], _T]) -> _T:
+        sync_call = f"{self._label}: {call[1:]}()"
+        if self._in_step:
+            return verb()  # flow control inside a step: it raises before any statement
+        session = async_session_of(self, f"{call}()", sync_call)
+        return await run_on(session, f"{self._label}: {call}()", sync_call, lambda _: verb())
 
     def __repr__(self) -> str:
         return (

@@ -3,7 +3,7 @@ database lives in ``storage.dialects``), and the factory of geneva-drive's own s
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy
 from sqlalchemy import Engine
@@ -11,6 +11,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from geneva_drive.core.settings import SESSION_SETTINGS, Settings
 from geneva_drive.storage.dialects import dialect_named, dialect_of
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
 
 def create_engine(url: str | sqlalchemy.URL, **kwargs: Any) -> Engine:
@@ -23,6 +26,23 @@ def create_engine(url: str | sqlalchemy.URL, **kwargs: Any) -> Engine:
     url = sqlalchemy.make_url(url)
     engine = dialect_named(url.get_backend_name()).create_engine(url, **kwargs)
     prepare_engine(engine)
+    return engine
+
+
+def create_async_engine(url: str | sqlalchemy.URL, **kwargs: Any) -> AsyncEngine:
+    """``sqlalchemy.ext.asyncio.create_async_engine`` set up as :func:`create_engine` sets up
+    a sync one, for the async API (``acreate``, ``asignal``…) on an ``AsyncSession``:
+    ``sqlite+aiosqlite://…``, ``postgresql+psycopg://…`` or ``mariadb+aiomysql://…``.
+
+    The same engine arguments (MySQL/MariaDB: READ COMMITTED, utf8mb4) and the same listeners,
+    on the engine's ``sync_engine`` (SQLite: WAL, the busy timeout, our BEGIN).
+    """
+    from sqlalchemy.ext.asyncio import create_async_engine as create
+
+    url = sqlalchemy.make_url(url)
+    url, kwargs = dialect_named(url.get_backend_name()).engine_arguments(url, kwargs)
+    engine = create(url, **kwargs)
+    prepare_engine(engine.sync_engine)
     return engine
 
 

@@ -45,7 +45,15 @@ class Dialect:
 
     def create_engine(self, url: sqlalchemy.URL, **kwargs: Any) -> Engine:
         """``sqlalchemy.create_engine`` with what this database needs set on ``url``."""
+        url, kwargs = self.engine_arguments(url, kwargs)
         return sqlalchemy.create_engine(url, **kwargs)
+
+    def engine_arguments(
+        self, url: sqlalchemy.URL, kwargs: dict[str, Any]
+    ) -> tuple[sqlalchemy.URL, dict[str, Any]]:
+        """``url`` and the engine's keyword arguments with what this database needs set: for
+        a sync engine and an async one (``create_async_engine``) alike."""
+        return url, kwargs
 
     def prepare(self, engine: Engine) -> Engine:
         """Make an application's engine safe for concurrent workflows. Idempotent."""

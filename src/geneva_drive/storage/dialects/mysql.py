@@ -29,13 +29,15 @@ class MySQL(Dialect):
     # row of the table (no semi-join for DELETE before MariaDB 11.1).
     deletes_by_semi_join = False
 
-    def create_engine(self, url: sqlalchemy.URL, **kwargs: Any) -> Engine:
+    def engine_arguments(
+        self, url: sqlalchemy.URL, kwargs: dict[str, Any]
+    ) -> tuple[sqlalchemy.URL, dict[str, Any]]:
         """READ COMMITTED for every connection (unless ``isolation_level`` is given) and the
         utf8mb4 connection character set (unless the URL names a ``charset``)."""
-        kwargs.setdefault("isolation_level", ISOLATION_LEVEL)
+        kwargs = {"isolation_level": ISOLATION_LEVEL, **kwargs}
         if "charset" not in url.query:
             url = url.update_query_dict({"charset": "utf8mb4"})
-        return sqlalchemy.create_engine(url, **kwargs)
+        return url, kwargs
 
     def for_workers(self, engine: Engine) -> Engine:
         """READ COMMITTED even when the application's engine defaults to another level."""

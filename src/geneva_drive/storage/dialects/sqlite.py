@@ -91,7 +91,10 @@ def _use_wal(cursor: Any) -> None:
     locked" at once instead of waiting on the busy timeout — so several processes opening a
     fresh file together (workers starting side by side) must retry within that timeout.
     """
-    mode = cursor.execute("PRAGMA journal_mode").fetchone()[0]
+    # Not ``execute(...).fetchone()``: DB-API leaves execute's return value undefined, and an
+    # async driver's adapted cursor (aiosqlite) does not return itself.
+    cursor.execute("PRAGMA journal_mode")
+    mode = cursor.fetchone()[0]
     if str(mode).lower() in ("wal", "memory"):  # already done, or an in-memory database
         return
     deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000

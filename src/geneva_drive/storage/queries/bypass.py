@@ -153,7 +153,7 @@ def execute_alone(connection: Connection, stmt: Any, params: dict[str, Any]) -> 
     must not count on a lock the statement took: it is released as the statement ends.
     """
     driver: Any = connection.connection.driver_connection
-    if not (connection.dialect.driver == "psycopg" and _idle_with_defaults(driver)):
+    if not (_sync_psycopg(connection) and _idle_with_defaults(driver)):
         return execute_direct(connection, stmt, params)
     driver.autocommit = True
     try:
@@ -168,9 +168,14 @@ def driver_in_transaction(connection: Connection) -> bool:
     """Whether the driver has begun a transaction on ``connection`` (psycopg; any other
     driver is taken to have: a statement of :func:`execute_alone` is then not committed)."""
     driver: Any = connection.connection.driver_connection
-    if connection.dialect.driver != "psycopg":
+    if not _sync_psycopg(connection):
         return True
     return bool(driver.info.transaction_status != _PSYCOPG_IDLE)
+
+
+def _sync_psycopg(connection: Connection) -> bool:
+    # psycopg's async mode is named "psycopg" too; its connection's autocommit is a coroutine.
+    return connection.dialect.driver == "psycopg" and not connection.dialect.is_async
 
 
 def _idle_with_defaults(driver: Any) -> bool:
@@ -247,7 +252,12 @@ def _unobserved(connection: Connection) -> bool:
     engine = connection.engine
     dispatch = engine.dispatch
     return not (
-        engine.echo
+        # An async driver (an AsyncSession's, through run_sync): its DBAPI connection is
+        # SQLAlchemy's adapter, and the driver's own pipeline, autocommit and raw cursors are
+        # coroutine APIs. The application's async calls take the long path; the short one is
+        # for the worker's per-step statements.
+        engine.dialect.is_async
+        or engine.echo
         or _SQL_LOGGER.isEnabledFor(logging.INFO)
         or dispatch.before_cursor_execute
         or dispatch.after_cursor_execute
