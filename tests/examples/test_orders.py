@@ -3,6 +3,7 @@ plugin's fixtures, and its two start commands (uvicorn, the worker) run as its R
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import shlex
@@ -333,3 +334,17 @@ def _wait_for_status(client: httpx.Client, path: str, status: str, timeout: floa
         if time.monotonic() > deadline:
             raise AssertionError(f"{path} did not reach {status!r} within {timeout} s: {shown}")
         time.sleep(0.1)  # the poll interval of a condition wait, not a synchronising sleep
+
+
+def test_the_library_itself_imports_no_fastapi():
+    """FastAPI is the example's, in the dev extra only: no module of geneva_drive imports it."""
+    importers = []
+    for path in (REPO / "src" / "geneva_drive").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            if any(name.split(".")[0] == "fastapi" for name in names):
+                importers.append(str(path.relative_to(REPO)))
+
+    assert importers == []
