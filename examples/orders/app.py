@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 import geneva_drive
 from examples.orders import ops
-from examples.orders.models import Base, Order, Stock, stock_shelves
+from examples.orders.models import Base, ShopOrder, Stock, stock_shelves
 from examples.orders.workflows import OrderFulfillment
 from geneva_drive import WorkflowNotOngoing
 from geneva_drive.admin import for_hero
@@ -68,7 +68,7 @@ router = APIRouter()
 def create_order(new: NewOrder, session: SessionDep) -> dict[str, Any]:
     if session.get(Stock, new.sku) is None:
         raise HTTPException(422, f"no product with sku {new.sku!r}; order one of the stock's")
-    order = Order(sku=new.sku, quantity=new.quantity)
+    order = ShopOrder(sku=new.sku, quantity=new.quantity)
     session.add(order)
     session.flush()  # the order's id, which the workflow refers to
     workflow = OrderFulfillment.create(session, hero=order)
@@ -105,20 +105,20 @@ def payment_webhook(event: PaymentEvent, session: SessionDep) -> dict[str, Any]:
     return {"order_id": order.id, "duplicate": signal.duplicate_delivery}
 
 
-def _order(session: Session, order_id: int) -> Order:
-    order = session.get(Order, order_id)
+def _order(session: Session, order_id: int) -> ShopOrder:
+    order = session.get(ShopOrder, order_id)
     if order is None:
         raise HTTPException(404, f"no order {order_id}")
     return order
 
 
-def _fulfillment(session: Session, order: Order) -> OrderFulfillment:
+def _fulfillment(session: Session, order: ShopOrder) -> OrderFulfillment:
     """The order's workflow, ongoing or ended (one per order: ``create`` refuses a second)."""
     (workflow,) = [wf for wf in for_hero(session, order) if isinstance(wf, OrderFulfillment)]
     return workflow
 
 
-def _view(order: Order, workflow: OrderFulfillment) -> dict[str, Any]:
+def _view(order: ShopOrder, workflow: OrderFulfillment) -> dict[str, Any]:
     return {
         "id": order.id,
         "sku": order.sku,

@@ -13,7 +13,10 @@ class Base(DeclarativeBase):
     pass
 
 
-class Order(Base):
+# Not "Order": a workflow stores its hero's type as the bare class name (hero_type), so it must
+# be the only mapped class of that name in the process — and geneva-drive's test suite, which
+# runs this example, has an Order of its own.
+class ShopOrder(Base):
     __tablename__ = "example_orders"
 
     id: Mapped[int] = mapped_column(primary_key=True)

@@ -185,7 +185,7 @@ def test_an_order_for_an_unknown_sku_is_refused_and_nothing_is_written(
 
     assert response.status_code == 422, response.text
     assert "gizmo" in response.json()["detail"]
-    assert geneva_drive_session.scalar(select(func.count()).select_from(models.Order)) == 0
+    assert geneva_drive_session.scalar(select(func.count()).select_from(models.ShopOrder)) == 0
     assert geneva_drive_session.scalar(select(func.count()).select_from(OrderFulfillment)) == 0
 
 
