@@ -33,6 +33,8 @@ DEFAULT_DATABASE_URL = "sqlite:///orders.db"
 OPS_TOKEN_ENV = "ORDERS_OPS_TOKEN"
 
 
+# The one place that knows the API is sync: with geneva-drive's async API this yields an
+# AsyncSession, and the handlers below become `async def`, awaiting commit/create/signal.
 def get_session(request: Request) -> Iterator[Session]:
     """One session per request; a handler that writes commits it, anything else rolls back."""
     sessions: sessionmaker[Session] = request.app.state.sessions

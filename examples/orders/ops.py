@@ -25,7 +25,7 @@ from geneva_drive.dashboard import create_app as create_dashboard
 
 
 def dashboard(engine: Engine, *, token: str) -> ASGIApp:
-    """The dashboard, to mount at ``/ops``: read-only for nobody, acting for the token's holders."""
+    """The dashboard, to mount at ``/ops``: pages and actions for the token's holders only."""
 
     def authorize(request: Request, action: str, target: Any) -> bool:
         # The guard below let only the token's holders in; an app with roles would check, e.g.,
