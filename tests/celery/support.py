@@ -184,7 +184,9 @@ class CeleryWorker:
         concurrency: int = 2,
         pool: str = "prefork",
         extra_env: dict[str, str] | None = None,
+        app: str = "tests.celery.app_module",
     ) -> CeleryWorker:
+        """``celery -A app worker`` on ``queues``; returns once it says it is ready."""
         from tests.celery.app_module import BROKER_ENV, DATABASE_ENV
 
         name = f"gd-test-{uuid.uuid4().hex[:8]}@%h"
@@ -203,7 +205,7 @@ class CeleryWorker:
                 "-m",
                 "celery",
                 "-A",
-                "tests.celery.app_module",
+                app,
                 "worker",
                 f"--pool={pool}",
                 f"--concurrency={concurrency}",
