@@ -3,7 +3,7 @@ database lives in ``storage.dialects``), and the factory of geneva-drive's own s
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy
 from sqlalchemy import Engine
@@ -11,6 +11,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from geneva_drive.core.settings import SESSION_SETTINGS, Settings
 from geneva_drive.storage.dialects import dialect_named, dialect_of
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
 
 def create_engine(url: str | sqlalchemy.URL, **kwargs: Any) -> Engine:
@@ -57,6 +60,24 @@ def engine_for_workers(engine: Engine) -> Engine:
     when the application's engine defaults to another level.
     """
     return dialect_of(engine).for_workers(engine)
+
+
+def async_engine_like(engine: Engine, *, pool_size: int) -> AsyncEngine:
+    """An asyncio engine on ``engine``'s database, over its dialect's async driver, prepared
+    like ``engine`` (its ``sync_engine`` fires the same events: SQLite's ``BEGIN IMMEDIATE``).
+
+    For a worker's event loop (``runtime.async_lane``). ``pool_size`` bounds the connections
+    it holds however many steps are in flight: a step waits on the loop for a free one.
+    """
+    from sqlalchemy.ext.asyncio import create_async_engine  # only where async steps run
+
+    dialect = dialect_of(engine)
+    if dialect.async_driver is None:  # pragma: no cover - every dialect names one today
+        raise ValueError(f"async steps are not supported on {engine.dialect.name}")
+    url = engine.url.set(drivername=f"{engine.url.get_backend_name()}+{dialect.async_driver}")
+    built = create_async_engine(url, pool_size=pool_size, max_overflow=0)
+    prepare_engine(built.sync_engine)
+    return built
 
 
 def session_factory(config: Settings) -> sessionmaker[Session]:

@@ -23,6 +23,7 @@ class SQLite(Dialect):
     names: ClassVar[tuple[str, ...]] = ("sqlite",)
     single_writer = True
     default_concurrency = 1
+    async_driver = "aiosqlite"
 
     def prepare(self, engine: Engine) -> Engine:
         """SQLite has no row locks: a transaction that reads and later writes can fail with
@@ -91,7 +92,8 @@ def _use_wal(cursor: Any) -> None:
     locked" at once instead of waiting on the busy timeout — so several processes opening a
     fresh file together (workers starting side by side) must retry within that timeout.
     """
-    mode = cursor.execute("PRAGMA journal_mode").fetchone()[0]
+    cursor.execute("PRAGMA journal_mode")  # not chained: aiosqlite's adapted cursor
+    mode = cursor.fetchone()[0]  # returns None from execute()
     if str(mode).lower() in ("wal", "memory"):  # already done, or an in-memory database
         return
     deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000

@@ -153,7 +153,8 @@ def execute_alone(connection: Connection, stmt: Any, params: dict[str, Any]) -> 
     must not count on a lock the statement took: it is released as the statement ends.
     """
     driver: Any = connection.connection.driver_connection
-    if not (connection.dialect.driver == "psycopg" and _idle_with_defaults(driver)):
+    dialect = connection.dialect
+    if not (dialect.driver == "psycopg" and not dialect.is_async and _idle_with_defaults(driver)):
         return execute_direct(connection, stmt, params)
     driver.autocommit = True
     try:
@@ -248,6 +249,10 @@ def _unobserved(connection: Connection) -> bool:
     dispatch = engine.dispatch
     return not (
         engine.echo
+        # An asyncio driver (a worker's async lane) is reached through SQLAlchemy's adapter,
+        # whose cursor awaits on the loop: the short path's raw psycopg cursor, pipeline and
+        # autocommit switch are the sync driver's. The lane is bound by I/O, not by this CPU.
+        or engine.dialect.is_async
         or _SQL_LOGGER.isEnabledFor(logging.INFO)
         or dispatch.before_cursor_execute
         or dispatch.after_cursor_execute
