@@ -14,13 +14,19 @@ from geneva_drive.storage.queries.claims import ClaimScope
 
 
 @contextmanager
-def lane(config: Settings, *, concurrency: int = 4, pool_size: int = 2) -> Iterator[AsyncLane]:
+def lane(
+    config: Settings,
+    *,
+    concurrency: int = 4,
+    pool_size: int = 2,
+    running: RunningExecutions | None = None,
+) -> Iterator[AsyncLane]:
     """An async lane claiming every class, running in a thread until the block ends."""
     stop = threading.Event()
-    running = AsyncLane(
+    the_lane = AsyncLane(
         config,
         RunOptions(),
-        RunningExecutions(),
+        running or RunningExecutions(),
         concurrency=concurrency,
         poll_interval=0.05,
         should_exit=stop.is_set,
@@ -32,14 +38,14 @@ def lane(config: Settings, *, concurrency: int = 4, pool_size: int = 2) -> Itera
 
     def run() -> None:
         try:
-            running.run()
+            the_lane.run()
         except BaseException as error:  # surfaced in the test below
             failed.append(error)
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     try:
-        yield running
+        yield the_lane
     finally:
         stop.set()
         thread.join(timeout=30)

@@ -8,6 +8,7 @@ import threading
 from sqlalchemy import select
 
 from geneva_drive import Workflow, step
+from geneva_drive.engine.leases import RunningExecutions
 from tests.async_steps._support import lane, wait_until
 from tests.engine._support import reload
 from tests.support.app import AuditEntry, Order
@@ -25,6 +26,9 @@ class AwaitsTheGate(Workflow):
         release = gate.setdefault("release", asyncio.Event())
         assert isinstance(release, asyncio.Event)
         if gate["waiting"] == IN_FLIGHT:
+            running = gate["running"]
+            assert isinstance(running, RunningExecutions)
+            gate["leased"] = len(running.ids())  # what the worker's heartbeat renews now
             release.set()
         await asyncio.wait_for(release.wait(), timeout=30)
         # Now the body touches the database: a connection is taken for it, then.
@@ -33,6 +37,7 @@ class AwaitsTheGate(Workflow):
 
 def test_steps_awaiting_io_hold_no_connection_so_more_run_than_the_pool_has(gd, session):
     gate.clear()
+    gate["running"] = running = RunningExecutions()
     workflows = []
     for _ in range(IN_FLIGHT):
         hero = Order()
@@ -40,13 +45,14 @@ def test_steps_awaiting_io_hold_no_connection_so_more_run_than_the_pool_has(gd, 
         workflows.append(AwaitsTheGate.create(session, hero=hero))
     session.commit()
 
-    with lane(gd, concurrency=IN_FLIGHT, pool_size=2) as running:
+    with lane(gd, concurrency=IN_FLIGHT, pool_size=2, running=running) as the_lane:
         wait_until(lambda: all(reload(session, w).state == "finished" for w in workflows))
-        peak = running.peak_in_flight
-        pool = running.engine.sync_engine.pool
+        peak = the_lane.peak_in_flight
+        pool = the_lane.engine.sync_engine.pool
 
     assert gate["waiting"] == IN_FLIGHT
     assert peak == IN_FLIGHT  # all in their bodies at once, over a pool of 2
+    assert gate["leased"] == IN_FLIGHT  # each one's lease is renewed while it awaits
     assert pool.size() == 2  # type: ignore[attr-defined]
     session.expire_all()
     notes = session.scalars(select(AuditEntry.note)).all()
