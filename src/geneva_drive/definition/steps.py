@@ -17,7 +17,11 @@ from typing import TYPE_CHECKING, Any, NoReturn, overload
 from geneva_drive.core import text
 from geneva_drive.core.awaiting import settle
 from geneva_drive.core.errors import StepConfigurationError, UnknownStepOptionError
-from geneva_drive.definition.callables import is_async_generator, signature_problem
+from geneva_drive.definition.callables import (
+    is_async_generator,
+    is_coroutine_function,
+    signature_problem,
+)
 from geneva_drive.definition.matchers import SignalMatcher as SignalMatcher  # its old home
 from geneva_drive.definition.matchers import awaited, names_problem
 from geneva_drive.definition.policy import (
@@ -129,6 +133,13 @@ class StepDefinition:
             fail(f"needs a callable, got {self.callable!r}")
         if is_async_generator(self.callable):
             fail(f"is an async generator; {_NO_ASYNC_GENERATOR}")
+        if self.resumable and is_coroutine_function(self.callable):
+            # Its iterations commit checkpoints from inside the body (iteration.py): not yet
+            # written for a body that awaits between them.
+            fail(
+                "is a resumable step written async def, which is not supported; make it a "
+                "plain def (self, it), or an async def step per unit of work"
+            )
         if not isinstance(self.name, str) or not self.name.strip():
             fail(f"name= must be a non-blank str, got {self.name!r}")
         if len(self.name) > MAX_STEP_NAME:
