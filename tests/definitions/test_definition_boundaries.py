@@ -41,71 +41,80 @@ async def _async_walk(wf, it):
     pass
 
 
-# -- item 6: async steps are refused until they are supported --------------------------------
+# -- item 6 (issue 37): async steps are awaited; what cannot be awaited to one outcome is refused
 
 
-@pytest.mark.parametrize("fn", [_async_step, _async_generator_step], ids=["coro", "asyncgen"])
-def test_an_async_step_is_refused_at_class_definition_naming_class_and_step(fn):
+def test_an_async_generator_step_is_refused_at_class_definition_naming_class_and_step():
     with pytest.raises(
         StepConfigurationError,
-        match=r"BoundaryAsync\.step 'a': is an async function; async steps are not supported",
+        match=r"BoundaryAsync\.step 'a': is an async generator",
     ):
-        type("BoundaryAsync", (Workflow,), {"a": step(fn)})
+        type("BoundaryAsync", (Workflow,), {"a": step(_async_generator_step)})
 
 
-def test_an_async_method_decorated_as_a_step_is_refused():
-    with pytest.raises(StepConfigurationError, match=r"BoundaryAsyncMethod\.step 'pay'"):
+def test_async_steps_are_accepted_as_methods_functions_partials_and_repeat_steps():
+    class BoundaryAsyncMethod(Workflow):
+        @step
+        async def pay(self):
+            pass
 
-        class BoundaryAsyncMethod(Workflow):
-            @step
-            async def pay(self):
-                pass
+    anon: type[Workflow] = type(
+        "BoundaryAsyncAnon", (Workflow,), {"a": step(functools.partial(_async_step))}
+    )
+    repeated: type[Workflow] = type(
+        "BoundaryAsyncRepeat", (Workflow,), {"polls": repeat_step(_async_step, waits=[60, 300])}
+    )
+    assert [s.name for s in BoundaryAsyncMethod.steps.runnable()] == ["pay"]
+    assert len(anon.steps.runnable()) == 1
+    assert len(repeated.steps.runnable()) == 2  # one per wait
 
 
 def test_an_async_resumable_step_is_refused():
-    with pytest.raises(StepConfigurationError, match=r"BoundaryAsyncWalk\.step 'a'.*async"):
+    with pytest.raises(StepConfigurationError, match=r"BoundaryAsyncWalk\.step 'a'.*async def"):
         type("BoundaryAsyncWalk", (Workflow,), {"a": resumable_step(_async_walk)})
 
 
-def test_async_steps_from_repeat_step_are_refused():
-    with pytest.raises(StepConfigurationError, match=r"BoundaryAsyncRepeat\.step 'step_1'.*async"):
-        type(
-            "BoundaryAsyncRepeat",
-            (Workflow,),
-            {"polls": repeat_step(_async_step, waits=[60, 300])},
-        )
-
-
-def test_an_anonymous_async_step_behind_a_partial_is_refused():
-    with pytest.raises(StepConfigurationError, match=r"BoundaryAsyncAnon\.step 'step_1'.*async"):
-        type("BoundaryAsyncAnon", (Workflow,), {"a": step(functools.partial(_async_step))})
-
-
-def test_an_async_skip_if_is_refused():
+def test_an_async_skip_if_is_accepted_and_an_async_generator_one_refused():
     async def skip(wf):
         return True
 
-    with pytest.raises(StepConfigurationError, match=r"BoundaryAsyncSkip\.step 'a'.*skip_if"):
-        type("BoundaryAsyncSkip", (Workflow,), {"a": step(_noop, skip_if=skip)})
+    async def skip_many(wf):
+        yield True
+
+    type("BoundaryAsyncSkip", (Workflow,), {"a": step(_noop, skip_if=skip)})
+    with pytest.raises(StepConfigurationError, match=r"BoundaryAsyncSkipGen\.step 'a'.*skip_if"):
+        type("BoundaryAsyncSkipGen", (Workflow,), {"a": step(_noop, skip_if=skip_many)})
 
 
-@pytest.mark.parametrize(
-    "name", ["cancel_if", "before_step_execution", "after_step_execution", "around_step_execution"]
-)
-def test_async_conditions_and_hooks_are_refused(name):
+@pytest.mark.parametrize("name", ["cancel_if", "before_step_execution", "after_step_execution"])
+def test_async_conditions_and_hooks_are_accepted(name):
     async def hook(self, *args):
         pass
 
-    with pytest.raises(StepConfigurationError, match=rf"BoundaryAsyncHook\.{name} is an async"):
-        type("BoundaryAsyncHook", (Workflow,), {"a": step(_noop), name: hook})
+    cls = type(f"BoundaryAsyncHook_{name}", (Workflow,), {"a": step(_noop), name: hook})
+    assert getattr(cls, name) is hook
 
 
-def test_an_async_policy_handler_is_refused():
+def test_an_async_around_hook_is_refused():
+    async def hook(self, *args):
+        pass
+
+    with pytest.raises(
+        StepConfigurationError, match=r"BoundaryAsyncAround\.around_step_execution is an async"
+    ):
+        type("BoundaryAsyncAround", (Workflow,), {"a": step(_noop), "around_step_execution": hook})
+
+
+def test_an_async_policy_handler_is_accepted_and_an_async_generator_refused():
     async def handler(wf, error):
         pass
 
-    with pytest.raises(PolicyError, match="is an async function"):
-        ExceptionPolicy(handler=handler)
+    async def handler_gen(wf, error):
+        yield
+
+    assert ExceptionPolicy(handler=handler).handler is handler
+    with pytest.raises(PolicyError, match="is an async generator"):
+        ExceptionPolicy(handler=handler_gen)
 
 
 # -- item 13: waits ------------------------------------------------------------------------

@@ -242,16 +242,16 @@ def test_an_unimportable_dotted_matcher_pauses_and_says_so_in_the_stored_error(s
     ) in execution.error_backtrace
 
 
-# -- item 6: a coroutine that slipped past the definition check ------------------------------
+# -- item 6: a coroutine from a plain def (a lambda around an async function) ---------------
 
 
-def test_a_step_returning_a_coroutine_fails_instead_of_counting_as_done(session):
+def test_a_step_returning_a_coroutine_has_it_awaited_before_counting_as_done(session):
+    # Before issue 37 it was refused (nothing awaited it); now it is awaited like an async
+    # def body (core.awaiting), so "done" means it ran.
     wf, _ = _start(session, BadInputCoroutine)
     execution = perform_next_step(wf, raise_errors=False)
-    assert (execution.state, execution.outcome) == ("failed", "failed")
-    assert "BadInputCoroutine.step 'fetch': returned an awaitable" in execution.error_message
-    assert reload(session, wf).state == "paused"
-    assert BadInputCoroutine.ran is False
+    assert (execution.state, execution.outcome) == ("completed", "success")
+    assert BadInputCoroutine.ran is True
     assert asyncio.iscoroutinefunction(_fetch)
 
 

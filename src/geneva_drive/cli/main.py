@@ -138,6 +138,14 @@ def worker(
         ),
     ] = None,
     wait_for_database: WaitForDatabase = DEFAULT_WAIT_SECONDS,
+    async_concurrency: Annotated[
+        int,
+        typer.Option(
+            callback=whole(minimum=0, example="100"),
+            help="async def steps run at once on the worker's event loop (classes with an "
+            "async step run there; sync ones keep the threads).",
+        ),
+    ] = 100,
 ) -> None:
     """Run steps from the database until SIGINT/SIGTERM (a second signal exits at once).
 
@@ -158,6 +166,7 @@ def worker(
             housekeeping_interval=housekeeping_interval,
             heartbeat_interval=heartbeat_interval,
             startup_wait=wait_for_database,
+            async_concurrency=async_concurrency,
         )
     except WorkerOptionError as error:  # options that are wrong together (heartbeat vs lease)
         raise as_usage_error(error) from error

@@ -13,8 +13,22 @@ from typing import Any
 
 def is_async(fn: Any) -> bool:
     """A coroutine or async-generator function (also behind a partial or as ``__call__``)."""
-    candidates = [fn, inspect.getattr_static(type(fn), "__call__", None)]
-    return any(inspect.iscoroutinefunction(c) or inspect.isasyncgenfunction(c) for c in candidates)
+    return is_coroutine_function(fn) or is_async_generator(fn)
+
+
+def is_coroutine_function(fn: Any) -> bool:
+    """An ``async def`` function (also behind a partial or as ``__call__``): awaited when it
+    runs (``core.awaiting``)."""
+    return any(inspect.iscoroutinefunction(c) for c in _candidates(fn))
+
+
+def is_async_generator(fn: Any) -> bool:
+    """An ``async def`` with ``yield``: nothing could await it to an outcome."""
+    return any(inspect.isasyncgenfunction(c) for c in _candidates(fn))
+
+
+def _candidates(fn: Any) -> list[Any]:
+    return [fn, inspect.getattr_static(type(fn), "__call__", None)]
 
 
 def signature_problem(fn: Any, arguments: int) -> str | None:

@@ -29,8 +29,9 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from geneva_drive.core.awaiting import settle
 from geneva_drive.core.errors import PolicyResolutionError
-from geneva_drive.definition.callables import is_async, signature_problem
+from geneva_drive.definition.callables import is_async_generator, signature_problem
 from geneva_drive.definition.flow import Action, FlowControl
 from geneva_drive.storage.limits import duration_problem
 
@@ -310,10 +311,10 @@ def _resolve_dotted(name: str) -> type:
 
 
 def _check_handler(handler: Handler) -> None:
-    if is_async(handler):
+    if is_async_generator(handler):
         raise PolicyError(
-            f"handler={handler!r} is an async function; it would never be awaited — make it "
-            "a plain def handler(workflow, error)"
+            f"handler={handler!r} is an async generator; nothing would iterate it — make it "
+            "a def (or async def) handler(workflow, error) without yield"
         )
     problem = signature_problem(handler, 2)
     if problem is not None:
@@ -439,7 +440,7 @@ def _misconfigured(
 def _run_handler(handler: Handler, workflow: Workflow, error: BaseException) -> tuple[Action, Any]:
     with workflow._in_step_context():
         try:
-            handler(workflow, error)
+            settle(handler(workflow, error))  # an async def handler is awaited
         except FlowControl as signal:
             # A handler's reattempt keeps its wait; rewind is a resumable-step concern only.
             return signal.action, signal.wait

@@ -11,11 +11,14 @@ import contextlib
 import difflib
 import logging
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar, cast
 
 from sqlalchemy.orm import Mapper, Session, object_session
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncSession
 
 from geneva_drive.core import text
 from geneva_drive.core.errors import (
@@ -28,7 +31,11 @@ from geneva_drive.core.events import workflow_logger
 from geneva_drive.core.settings import settings_of
 from geneva_drive.core.states import ExecutionState, Outcome, WorkflowState
 from geneva_drive.definition.async_bridge import async_session_of, refuse_async_session, run_on
-from geneva_drive.definition.callables import is_async, signature_problem
+from geneva_drive.definition.callables import (
+    is_async_generator,
+    is_coroutine_function,
+    signature_problem,
+)
 from geneva_drive.definition.flow import Action, FlowControl
 from geneva_drive.definition.job_options import checked_step_job_options, job_option_problem
 from geneva_drive.definition.policy import ExceptionPolicy
@@ -259,6 +266,27 @@ class Workflow(WorkflowColumns, Base):
         return session
 
     @property
+    def async_session(self) -> AsyncSession:
+        """``self.session`` as an ``AsyncSession``, for ``async def`` steps and hooks.
+
+        The very same session and transaction, not a second one: what a step writes through
+        it commits with the step's outcome and rolls back with its failure, and
+        ``commit()`` is refused inside a step as on ``self.session``. It is lazy like the
+        session: no connection is taken until the first statement (docs/async-steps.md).
+        """
+        session = self.session
+        proxy = session.info.get(_ASYNC_SESSION)
+        if proxy is None:
+            from sqlalchemy.ext.asyncio import AsyncSession  # only for async code
+
+            # sync_session_class is how AsyncSession builds its Session; handing back the
+            # existing one makes the proxy wrap it (every call runs it in greenlet_spawn).
+            proxy = session.info[_ASYNC_SESSION] = AsyncSession(
+                sync_session_class=lambda **_: session  # type: ignore[arg-type]
+            )
+        return cast("AsyncSession", proxy)
+
+    @property
     def current_execution(self) -> StepExecution | None:
         return queries.current_execution(self.session, self.id)
 
@@ -340,10 +368,10 @@ class Workflow(WorkflowColumns, Base):
 
     # -- hooks (override in subclasses) --------------------------------------------------
 
-    def before_step_execution(self, execution: StepExecution) -> None:
+    def before_step_execution(self, execution: StepExecution) -> Awaitable[None] | None:
         """Runs after the step was claimed, before its body."""
 
-    def after_step_execution(self, execution: StepExecution) -> None:
+    def after_step_execution(self, execution: StepExecution) -> Awaitable[None] | None:
         """Runs after the body returned, raised or used flow control; before the outcome."""
 
     def around_step_execution(self, execution: StepExecution, proceed: Callable[[], Any]) -> Any:
@@ -686,6 +714,9 @@ def _register_job_options(
     )
 
 
+_ASYNC_SESSION = "geneva_drive_async_session"
+
+
 def _check_hooks(cls: type[Workflow]) -> None:
     for hook, shape in _HOOKS.items():
         if hook in cls.__dict__:
@@ -703,10 +734,20 @@ _HOOKS = {
 
 def _check_method(cls: type[Workflow], name: str, method: Any, shape: str) -> None:
     """A hook or condition must be a plain method callable as ``shape``."""
-    if is_async(method):
+    if is_async_generator(method):
         raise StepConfigurationError(
-            f"{cls.__name__}.{name} is an async function; geneva-drive calls it without "
-            f"awaiting, so it would never run; make it a plain def {name}{shape}"
+            f"{cls.__name__}.{name} is an async generator; nothing would iterate it, so it "
+            f"would never run; make it a def (or async def) {name}{shape} without yield"
+        )
+    if name == "around_step_execution" and is_coroutine_function(method):
+        # proceed() runs the step's phases, which are sync code in a greenlet: called from a
+        # coroutine on the loop, they would have no greenlet to suspend (core.awaiting).
+        raise StepConfigurationError(
+            f"{cls.__name__}.around_step_execution is an async function; it wraps the step "
+            "body by calling proceed() synchronously, so it must be a plain def "
+            "around_step_execution(self, execution, proceed) — an async body inside is "
+            "awaited all the same; put awaited work in async def before_step_execution or "
+            "after_step_execution"
         )
     problem = signature_problem(method, shape.count(",") + 1)
     if problem is not None:

@@ -24,6 +24,7 @@ from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.orm import Session
 
 from geneva_drive.core import events, text
+from geneva_drive.core.awaiting import settle
 from geneva_drive.core.settings import Settings, settings
 from geneva_drive.definition.flow import Action, FlowControl
 from geneva_drive.engine import chaining, unit_of_work
@@ -56,7 +57,7 @@ def run_execution(
     """
     config = config or settings()
     options = options or RunOptions()
-    with _step_session(config) as session:
+    with _step_session(config, hold=options.hold_connection) as session:
         started = phase1(session, options, config, execution_id=execution_id)
         return _continue(session, started, options, config, reraise=reraise)
 
@@ -79,7 +80,7 @@ def claim_and_run(
     # Chaining goes on across workflows: the transaction that finishes one claims the next
     # (the same claim, within the same scope), saving a transaction per workflow.
     then_claim = scope if options.chain is not None else None
-    with _step_session(config) as session:
+    with _step_session(config, hold=options.hold_connection) as session:
         started = phase1(session, options, config, scope=scope, claim_id=execution_id)
         chaining.after_narrow_miss(options, claimed=not isinstance(started, NotClaimed))
         if isinstance(started, NotClaimed):
@@ -89,10 +90,16 @@ def claim_and_run(
 
 
 @contextmanager
-def _step_session(config: Settings) -> Iterator[Session]:
+def _step_session(config: Settings, *, hold: bool = True) -> Iterator[Session]:
     """The session of one run, holding one connection for all its transactions: the claim's
-    and every chained step's (see ``queries.bypass.hold_connection``)."""
+    and every chained step's (see ``queries.bypass.hold_connection``). Without ``hold``, a
+    connection per transaction, taken at its first statement (``RunOptions.hold_connection``).
+    """
     factory = session_factory(config)
+    if not hold:
+        with factory() as session:
+            yield session
+        return
     # The factory's own bind, not a new engine_for_workers(): the session finds the held
     # connection under the engine it is bound to, which must be this very object.
     with factory.kw["bind"].connect() as connection, factory() as session:
@@ -178,14 +185,14 @@ def _perform(session: Session, prepared: Prepared, options: RunOptions, config: 
         ):
             # Hook errors count as step errors (the gem let them escape and strand the row).
             try:
-                workflow.before_step_execution(execution)
+                settle(workflow.before_step_execution(execution))  # awaited if async def
                 returned = workflow.around_step_execution(execution, body)
                 result: Result = (
                     returned
                     if isinstance(returned, Completed | Interrupted | FlowControl | Failed)
                     else Completed()  # an around hook that returned something else
                 )
-                workflow.after_step_execution(execution)
+                settle(workflow.after_step_execution(execution))
             except FlowControl as flow:
                 result = flow
             except STEP_ERRORS as error:

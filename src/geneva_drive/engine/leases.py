@@ -32,7 +32,7 @@ class RunningExecutions:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._by_thread: dict[int, int] = {}
+        self._by_thread: dict[object, int] = {}  # by thread id, or an async task's key
 
     def started(self, execution_id: int) -> None:
         with self._lock:
@@ -42,6 +42,15 @@ class RunningExecutions:
         """The calling thread runs nothing any more."""
         with self._lock:
             self._by_thread.pop(threading.get_ident(), None)
+
+    def started_as(self, key: object, execution_id: int) -> None:
+        """:meth:`started` for a runner that is not a thread: a task of the async lane."""
+        with self._lock:
+            self._by_thread[key] = execution_id
+
+    def finished_as(self, key: object) -> None:
+        with self._lock:
+            self._by_thread.pop(key, None)
 
     def ids(self) -> list[int]:
         with self._lock:

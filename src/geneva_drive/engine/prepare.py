@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy.orm import Session
 
 from geneva_drive.core import events
+from geneva_drive.core.awaiting import settle
 from geneva_drive.core.errors import StepNotDefinedError
 from geneva_drive.core.settings import Settings
 from geneva_drive.core.states import ExecutionState, WorkflowState
@@ -294,4 +295,4 @@ def _record_phase1_error(
 
 
 def cancel_conditions_hold(workflow: Workflow) -> bool:
-    return any(bool(condition(workflow)) for condition in type(workflow)._cancel_conditions)
+    return any(bool(settle(condition(workflow))) for condition in type(workflow)._cancel_conditions)

@@ -29,3 +29,7 @@ class RunOptions:
     # Told the id of every step this run starts (the first and each chained one), in the
     # running thread: what a heartbeat renews (leases.RunningExecutions.started).
     on_started: Callable[[int], None] | None = None
+    # Hold one connection for the whole run (a step thread: a checkout per transaction saved),
+    # or take one per transaction, and for the body only once it touches the database (the
+    # async lane: steps awaiting I/O hold none, see runtime.async_lane).
+    hold_connection: bool = True

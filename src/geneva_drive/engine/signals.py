@@ -30,6 +30,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from geneva_drive.core import text
+from geneva_drive.core.awaiting import settle
 from geneva_drive.core.errors import (
     SerializationError,
     SignalPayloadTooLargeError,
@@ -330,7 +331,7 @@ def _matches(
 ) -> bool:
     # References in the payload load in the scanning session (see serialization).
     with serialization.decoding_session(session):
-        return bool(step_def.signal_matcher.matches(_adopt(signal, workflow)))
+        return bool(settle(step_def.signal_matcher.matches(_adopt(signal, workflow))))
 
 
 def wake_matching(session: Session, workflow: Workflow, signal: Signal) -> list[StepExecution]:

@@ -56,15 +56,26 @@ from geneva_drive.core.shutdown import request_shutdown, shutdown_requested
 from geneva_drive.engine import leases, recovery
 from geneva_drive.engine.executor import RunOptions, claim_and_run
 from geneva_drive.runtime import deploy_check, housekeeping
+from geneva_drive.runtime.async_lane import (
+    DEFAULT_ASYNC_CONCURRENCY,
+    AsyncLane,
+    first_async_part,
+    split_scope,
+)
 from geneva_drive.runtime.backends.database import DatabaseBackend
 from geneva_drive.runtime.heartbeat import Heartbeat
 from geneva_drive.runtime.loaded import UnloadedClassReport, claim_scope, require_workflows
 from geneva_drive.runtime.pool import pool_problem
 from geneva_drive.runtime.startup import Outages, check_database, is_outage
-from geneva_drive.runtime.worker_options import DEFAULT_WAIT_SECONDS, check_options
+from geneva_drive.runtime.worker_options import (
+    DEFAULT_WAIT_SECONDS,
+    WorkerOptionError,
+    check_options,
+)
 from geneva_drive.storage import queries
 from geneva_drive.storage.db import session_factory
 from geneva_drive.storage.dialects import dialect_of
+from geneva_drive.storage.queries.claims import ClaimScope
 
 log = logging.getLogger("geneva_drive.worker")
 
@@ -89,6 +100,26 @@ def freeze_startup_objects() -> None:
     """
     gc.collect()
     gc.freeze()
+
+
+def _async_concurrency(value: object, scope: ClaimScope) -> int:
+    """``async_concurrency`` checked: a whole number, and not 0 when async steps are loaded."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise WorkerOptionError(
+            "async_concurrency",
+            f"Worker(async_concurrency={value!r}): expected a whole number of 0 or more (async "
+            f"steps run at once on the worker's event loop; default {DEFAULT_ASYNC_CONCURRENCY})",
+        )
+    if value == 0:
+        found = first_async_part(scope)
+        if found is not None:
+            raise WorkerOptionError(
+                "async_concurrency",
+                f"Worker(async_concurrency=0): {found} is async def, and with 0 nothing "
+                "would run it (its workflows would wait forever); give async steps a "
+                f"concurrency (default {DEFAULT_ASYNC_CONCURRENCY}), or make it a plain def",
+            )
+    return value
 
 
 @dataclass(eq=False)
@@ -288,6 +319,7 @@ class Worker:
         listen: bool = True,
         eager: bool = True,
         startup_wait: float = DEFAULT_WAIT_SECONDS,
+        async_concurrency: int = DEFAULT_ASYNC_CONCURRENCY,
     ) -> None:
         self.config = config or settings()
         engine = self.config.require_engine()
@@ -320,6 +352,10 @@ class Worker:
         # What the step threads claim: set by run() from the classes loaded then, refreshed
         # when idle (a class defined later is picked up), replaced whole (threads read it).
         self.scope = claim_scope(self.queues)
+        # Classes with async def steps go to the async lane, the others to the step threads.
+        self.async_concurrency = _async_concurrency(async_concurrency, self.scope)
+        self._split_scope()
+        self.async_lane: AsyncLane | None = None
         self.outages = Outages(log)
         self._unloaded = UnloadedClassReport(log)
         self._next_survey = 0.0
@@ -363,6 +399,7 @@ class Worker:
         """
         self.scope = claim_scope(self.queues)
         require_workflows(self.scope)
+        self._split_scope()
         check_database(self.config.require_engine(), wait=self.startup_wait)
         self._survey(force=True)
         deploy_check.log_summary(session_factory(self.config), log)  # one line (issue 15 §3)
@@ -387,6 +424,8 @@ class Worker:
         if self.listen:
             helpers.append(self._thread(self._listen, "geneva-drive-listen"))
         steps = [self._thread(self._loop, f"geneva-drive-{i}") for i in range(self.concurrency)]
+        if self._async_scope is not None:
+            steps.append(self._thread(self._start_async_lane(), "geneva-drive-async"))
         try:
             for thread in [*helpers, *steps]:
                 thread.start()
@@ -417,6 +456,23 @@ class Worker:
                 f"{type(error).__name__}: {error} (the traceback is in the log above); the "
                 "steps it was running finished or were left for lease recovery — restart it"
             ) from error
+
+    def _start_async_lane(self) -> Callable[[], None]:
+        self.async_lane = AsyncLane(
+            self.config,
+            self.options,
+            self.running,
+            concurrency=self.async_concurrency,
+            poll_interval=self.poll_interval,
+            should_exit=self._should_exit,
+            scope=lambda: self._async_scope,
+            count=self._count,
+        )
+        return self.async_lane.run
+
+    def _split_scope(self) -> None:
+        """What the step threads claim, and the async lane (None: no async class loaded)."""
+        self._thread_scope, self._async_scope = split_scope(self.scope)
 
     def _thread(self, target: Callable[[], None], name: str) -> threading.Thread:
         def run() -> None:
@@ -530,7 +586,9 @@ class Worker:
 
     def _claim_and_run(self, taken: list[int], options: RunOptions, started: float) -> bool:
         """Claim and run one due execution, then any this thread kept for itself."""
-        scope = self.scope
+        scope = self._thread_scope
+        if not scope.workflow_types:
+            return False  # every class loaded is async: the lane claims them
         ran = claim_and_run(scope, options, self.config)
         self.outages.ok(started)
         if ran:
@@ -564,6 +622,7 @@ class Worker:
         ):
             return False
         self.scope = scope
+        self._split_scope()
         log.info("claiming workflows of %s", ", ".join(scope.workflow_types))
         return True
 
@@ -606,8 +665,10 @@ class Worker:
 
     def _next_wake(self) -> tuple[float, datetime | None]:
         """How long to sleep, and the due time that is the reason (None: the poll interval)."""
+        if not self._thread_scope.workflow_types:
+            return self.poll_interval, None
         with session_factory(self.config)() as session, session.begin():
-            due = queries.next_claimable_due_time(session, self.scope)
+            due = queries.next_claimable_due_time(session, self._thread_scope)
         if due is None:
             return self.poll_interval, None
         seconds = (due - self.config.clock.now()).total_seconds()

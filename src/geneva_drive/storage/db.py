@@ -79,6 +79,24 @@ def engine_for_workers(engine: Engine) -> Engine:
     return dialect_of(engine).for_workers(engine)
 
 
+def async_engine_like(engine: Engine, *, pool_size: int) -> AsyncEngine:
+    """An asyncio engine on ``engine``'s database, over its dialect's async driver, prepared
+    like ``engine`` (its ``sync_engine`` fires the same events: SQLite's ``BEGIN IMMEDIATE``).
+
+    For a worker's event loop (``runtime.async_lane``). ``pool_size`` bounds the connections
+    it holds however many steps are in flight: a step waits on the loop for a free one.
+    """
+    from sqlalchemy.ext.asyncio import create_async_engine  # only where async steps run
+
+    dialect = dialect_of(engine)
+    if dialect.async_driver is None:  # pragma: no cover - every dialect names one today
+        raise ValueError(f"async steps are not supported on {engine.dialect.name}")
+    url = engine.url.set(drivername=f"{engine.url.get_backend_name()}+{dialect.async_driver}")
+    built = create_async_engine(url, pool_size=pool_size, max_overflow=0)
+    prepare_engine(built.sync_engine)
+    return built
+
+
 def session_factory(config: Settings) -> sessionmaker[Session]:
     """The factory of geneva-drive's own sessions for ``config``, made once per ``Settings``.
 

@@ -42,6 +42,9 @@ class Dialect:
     single_writer: ClassVar[bool] = False
     # Step threads a worker runs when not told: one writer gains nothing from more.
     default_concurrency: ClassVar[int] = 4
+    # The asyncio driver a worker's event loop runs async steps over (``db.async_engine_like``):
+    # SQLAlchemy's ``backend+driver`` suffix, or None where none is supported.
+    async_driver: ClassVar[str | None] = None
 
     def create_engine(self, url: sqlalchemy.URL, **kwargs: Any) -> Engine:
         """``sqlalchemy.create_engine`` with what this database needs set on ``url``."""

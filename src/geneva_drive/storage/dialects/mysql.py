@@ -22,6 +22,7 @@ HOUSEKEEPING_LOCK = "geneva_drive_housekeeping"
 class MySQL(Dialect):
     # SQLAlchemy calls MariaDB "mariadb" for mariadb:// URLs, "mysql" otherwise.
     names: ClassVar[tuple[str, ...]] = ("mysql", "mariadb")
+    async_driver = "aiomysql"
     claims_candidates_then_locks = True
     # No ON CONFLICT: a refused row is InnoDB's statement-level rollback.
     skips_conflicting_inserts = False

@@ -30,6 +30,7 @@ HOUSEKEEPING_LOCK_KEY = 0x67642D686B
 
 class PostgreSQL(Dialect):
     names: ClassVar[tuple[str, ...]] = ("postgresql",)
+    async_driver = "psycopg_async"  # the psycopg 3 the sync side uses, in its async mode
     notifies = True
     combined_writes = True
     windowed_claim = True

@@ -23,6 +23,7 @@ class SQLite(Dialect):
     names: ClassVar[tuple[str, ...]] = ("sqlite",)
     single_writer = True
     default_concurrency = 1
+    async_driver = "aiosqlite"
 
     def prepare(self, engine: Engine) -> Engine:
         """SQLite has no row locks: a transaction that reads and later writes can fail with
