@@ -11,11 +11,6 @@ import inspect
 from typing import Any
 
 
-def is_async(fn: Any) -> bool:
-    """A coroutine or async-generator function (also behind a partial or as ``__call__``)."""
-    return is_coroutine_function(fn) or is_async_generator(fn)
-
-
 def is_coroutine_function(fn: Any) -> bool:
     """An ``async def`` function (also behind a partial or as ``__call__``): awaited when it
     runs (``core.awaiting``)."""
