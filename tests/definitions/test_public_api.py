@@ -36,6 +36,7 @@ EXPECTED_PUBLIC_NAMES = [
     "WorkerCrashed",
     "Workflow",
     "WorkflowAlreadyOngoing",
+    "WorkflowClassNotLoaded",
     "WorkflowNotOngoing",
     "WorkflowState",
     "clear_shutdown_request",
