@@ -20,11 +20,11 @@ import httpx2 as httpx
 import pytest
 from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
-from sqlalchemy import func, select
+from sqlalchemy import func, make_url, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from examples.orders import models
-from examples.orders.app import build_app, router
+from examples.orders.app import async_url, build_app, router
 from examples.orders.workflows import PAYMENT_TIMEOUT, OrderFulfillment
 from geneva_drive import Signal
 from geneva_drive.testing import (
@@ -233,6 +233,33 @@ def test_a_webhook_for_an_unknown_order_is_a_404(orders):
 
     assert response.status_code == 404, response.text
     assert "404" in response.json()["detail"]
+
+
+# --- the app's async engine ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("worker_url", "app_url"),
+    [
+        ("sqlite:///orders.db", "sqlite+aiosqlite:///orders.db"),
+        ("postgresql+psycopg://app:pw@db/shop", "postgresql+psycopg://app:pw@db/shop"),
+        (
+            "mariadb+pymysql://app:pw@/shop?unix_socket=/run/my.sock&charset=utf8mb4",
+            "mariadb+aiomysql://app:pw@/shop?unix_socket=/run/my.sock&charset=utf8mb4",
+        ),
+    ],
+)
+def test_the_app_opens_the_workers_database_through_its_async_driver(worker_url, app_url):
+    assert async_url(make_url(worker_url)) == make_url(app_url)
+
+
+def test_a_database_without_an_async_driver_is_refused_by_name():
+    with pytest.raises(ValueError, match="async driver") as refused:
+        async_url(make_url("oracle+oracledb://app:secret@db/shop"))
+
+    message = str(refused.value)
+    assert "GENEVA_DRIVE_DATABASE_URL" in message and "'oracle'" in message
+    assert "mariadb" in message and "secret" not in message
 
 
 # --- the dashboard at /ops ----------------------------------------------------------------------
