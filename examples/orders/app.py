@@ -4,45 +4,66 @@ and the geneva-drive dashboard at ``/ops``.
     ORDERS_OPS_TOKEN=change-me uvicorn --factory examples.orders.app:create_app
 
 The database is ``$GENEVA_DRIVE_DATABASE_URL`` (the worker's variable too), else ``orders.db``
-here. The handlers are sync, each with one session per request: FastAPI runs them in its
-thread pool. When geneva-drive's async API lands, switching is small — ``get_session`` yields
-an ``AsyncSession``, the handlers become ``async def`` and ``await`` the session and the
-workflow's ``create``/``signal``; the routes, models, workflow and dashboard stay as they are.
+here. The handlers are ``async def``, each with one ``AsyncSession`` per request (a
+dependency), and call geneva-drive's async verbs (``acreate``, ``asignal``, ``afor_hero``) in
+that session's transaction. The session's engine is the same database's URL with its async
+driver (the ``async`` extra). The workflow's steps stay sync: the worker runs them, on its own
+sync engine.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request
 from pydantic import BaseModel, Field
-from sqlalchemy import Engine
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy import URL, Engine
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+from sqlalchemy.orm import Session
 
 import geneva_drive
 from examples.orders import ops
 from examples.orders.models import Base, ShopOrder, Stock, stock_shelves
 from examples.orders.workflows import OrderFulfillment
 from geneva_drive import WorkflowNotOngoing
-from geneva_drive.admin import for_hero
+from geneva_drive.admin import afor_hero
 
 DATABASE_URL_ENV = "GENEVA_DRIVE_DATABASE_URL"
 DEFAULT_DATABASE_URL = "sqlite:///orders.db"
 OPS_TOKEN_ENV = "ORDERS_OPS_TOKEN"
 
+# Each database's async driver, as the `async` extra installs them (psycopg's async mode comes
+# with the `postgres` extra): the handlers reach the worker's database through these.
+ASYNC_DRIVERS = {
+    "sqlite": "sqlite+aiosqlite",
+    "postgresql": "postgresql+psycopg",
+    "mariadb": "mariadb+aiomysql",
+    "mysql": "mysql+aiomysql",
+}
 
-# The one place that knows the API is sync: with geneva-drive's async API this yields an
-# AsyncSession, and the handlers below become `async def`, awaiting commit/create/signal.
-def get_session(request: Request) -> Iterator[Session]:
+
+def async_url(url: URL) -> URL:
+    """``url``'s database (same file, host, user, password, query) through its async driver."""
+    backend = url.get_backend_name()
+    if backend not in ASYNC_DRIVERS:
+        raise ValueError(
+            f"{DATABASE_URL_ENV}={url.render_as_string()}: the order service has no async "
+            f"driver for {backend!r}; use a database of {sorted(ASYNC_DRIVERS)}"
+        )
+    return url.set(drivername=ASYNC_DRIVERS[backend])
+
+
+async def get_session(request: Request) -> AsyncIterator[AsyncSession]:
     """One session per request; a handler that writes commits it, anything else rolls back."""
-    sessions: sessionmaker[Session] = request.app.state.sessions
-    with sessions() as session:
+    sessions: async_sessionmaker[AsyncSession] = request.app.state.sessions
+    async with sessions() as session:
         yield session
 
 
-SessionDep = Annotated[Session, Depends(get_session)]
+SessionDep = Annotated[AsyncSession, Depends(get_session)]
 
 
 class NewOrder(BaseModel):
@@ -67,33 +88,32 @@ router = APIRouter()
 
 
 @router.post("/orders", status_code=201)
-def create_order(new: NewOrder, session: SessionDep) -> dict[str, Any]:
-    if session.get(Stock, new.sku) is None:
+async def create_order(new: NewOrder, session: SessionDep) -> dict[str, Any]:
+    if await session.get(Stock, new.sku) is None:
         raise HTTPException(422, f"no product with sku {new.sku!r}; order one of the stock's")
     order = ShopOrder(sku=new.sku, quantity=new.quantity)
     session.add(order)
-    session.flush()  # the order's id, which the workflow refers to
-    workflow = OrderFulfillment.create(session, hero=order)
+    workflow = await OrderFulfillment.acreate(session, hero=order)  # flushes the new order
     # One commit for both: an order never exists without its workflow, nor a workflow without
     # its order. The worker can claim the first step only from here on.
-    session.commit()
+    await session.commit()
     return _view(order, workflow)
 
 
 @router.get("/orders/{order_id}")
-def show_order(order_id: int, session: SessionDep) -> dict[str, Any]:
-    order = _order(session, order_id)
-    return _view(order, _fulfillment(session, order))
+async def show_order(order_id: int, session: SessionDep) -> dict[str, Any]:
+    order = await _order(session, order_id)
+    return _view(order, await _fulfillment(session, order))
 
 
 @router.post("/webhooks/payments")
-def payment_webhook(event: PaymentEvent, session: SessionDep) -> dict[str, Any]:
-    order = _order(session, event.data.order_id)
-    workflow = _fulfillment(session, order)
+async def payment_webhook(event: PaymentEvent, session: SessionDep) -> dict[str, Any]:
+    order = await _order(session, event.data.order_id)
+    workflow = await _fulfillment(session, order)
     try:
         # The event id is the idempotency key: a redelivery returns the first delivery's signal,
         # flagged duplicate, and wakes nothing — also after the order has shipped.
-        signal = workflow.signal(
+        signal = await workflow.asignal(
             "payment_captured",
             payload={"amount_cents": event.data.amount_cents},
             idempotency_key=event.id,
@@ -103,20 +123,21 @@ def payment_webhook(event: PaymentEvent, session: SessionDep) -> dict[str, Any]:
             409,
             f"order {order.id} is {order.status} and takes no payment; refund event {event.id}",
         ) from None
-    session.commit()  # the woken step runs once this commits
+    await session.commit()  # the woken step runs once this commits
     return {"order_id": order.id, "duplicate": signal.duplicate_delivery}
 
 
-def _order(session: Session, order_id: int) -> ShopOrder:
-    order = session.get(ShopOrder, order_id)
+async def _order(session: AsyncSession, order_id: int) -> ShopOrder:
+    order = await session.get(ShopOrder, order_id)
     if order is None:
         raise HTTPException(404, f"no order {order_id}")
     return order
 
 
-def _fulfillment(session: Session, order: ShopOrder) -> OrderFulfillment:
-    """The order's workflow, ongoing or ended (one per order: ``create`` refuses a second)."""
-    (workflow,) = [wf for wf in for_hero(session, order) if isinstance(wf, OrderFulfillment)]
+async def _fulfillment(session: AsyncSession, order: ShopOrder) -> OrderFulfillment:
+    """The order's workflow, ongoing or ended (one per order: ``acreate`` refuses a second)."""
+    workflows = await afor_hero(session, order)
+    (workflow,) = [wf for wf in workflows if isinstance(wf, OrderFulfillment)]
     return workflow
 
 
@@ -133,16 +154,39 @@ def _view(order: ShopOrder, workflow: OrderFulfillment) -> dict[str, Any]:
 
 
 def build_app(engine: Engine, *, ops_token: str) -> FastAPI:
-    """The app on ``engine``, where geneva-drive is already configured (``create_app`` does it;
-    tests use the pytest plugin's engine and configuration)."""
-    app = FastAPI(title="Orders")
-    # On SQLite the handlers' transactions begin with the write lock: they read (the order, its
-    # workflow) before they write, and a deferred transaction overtaken by another commit in
-    # between would fail with "database is locked". Elsewhere this is the engine itself.
-    app.state.sessions = sessionmaker(geneva_drive.immediate_transactions(engine))
+    """The app on ``engine``'s database, where geneva-drive is already configured
+    (``create_app`` does it; tests use the pytest plugin's engine and configuration).
+
+    ``engine`` (sync) serves the dashboard; the handlers get an async engine on the same
+    database, opened when the server starts and disposed when it stops — on the server's event
+    loop, to which an async driver's connections belong.
+    """
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async_engine = geneva_drive.create_async_engine(async_url(engine.url))
+        # expire_on_commit=False: a handler reads the order after its commit, and reloading it
+        # would be a lazy load, which async code can only do through an await.
+        app.state.sessions = async_sessionmaker(
+            _immediate_transactions(async_engine), expire_on_commit=False
+        )
+        try:
+            yield
+        finally:
+            await async_engine.dispose()
+
+    app = FastAPI(title="Orders", lifespan=lifespan)
     app.include_router(router)
     app.mount("/ops", ops.dashboard(engine, token=ops_token))
     return app
+
+
+def _immediate_transactions(engine: AsyncEngine) -> AsyncEngine:
+    """On SQLite the handlers' transactions begin with the write lock: they read (the order, its
+    workflow) before they write, and a deferred transaction overtaken by another commit in
+    between would fail with "database is locked". Elsewhere this is the engine itself.
+    ``immediate_transactions`` takes a sync engine: here, the async engine's own."""
+    return AsyncEngine(geneva_drive.immediate_transactions(engine.sync_engine))
 
 
 def create_app() -> FastAPI:

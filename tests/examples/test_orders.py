@@ -4,6 +4,7 @@ plugin's fixtures, and its two start commands (uvicorn, the worker) run as its R
 from __future__ import annotations
 
 import ast
+import inspect
 import os
 import re
 import shlex
@@ -17,11 +18,13 @@ from pathlib import Path
 
 import httpx2 as httpx
 import pytest
+from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
-from sqlalchemy import func, select
+from sqlalchemy import func, make_url, select
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from examples.orders import models
-from examples.orders.app import build_app
+from examples.orders.app import async_url, build_app, router
 from examples.orders.workflows import PAYMENT_TIMEOUT, OrderFulfillment
 from geneva_drive import Signal
 from geneva_drive.testing import (
@@ -181,18 +184,37 @@ def test_an_order_beyond_the_stock_is_canceled_without_reserving(orders, geneva_
 def test_an_order_and_its_workflow_are_saved_together_or_not_at_all(
     orders, geneva_drive_session, monkeypatch
 ):
-    create = OrderFulfillment.create
+    acreate = OrderFulfillment.acreate
 
-    def create_then_fail(session, **kwargs):
-        create(session, **kwargs)  # the workflow and its first step are written ...
+    async def create_then_fail(session, **kwargs):
+        await acreate(session, **kwargs)  # the workflow and its first step are written ...
         raise ConnectionError("the database went away before the commit")  # ... then this
 
-    monkeypatch.setattr(OrderFulfillment, "create", create_then_fail)
+    monkeypatch.setattr(OrderFulfillment, "acreate", create_then_fail)
     with pytest.raises(ConnectionError):
         orders.post("/orders", json={"sku": "widget", "quantity": 1})
 
     assert geneva_drive_session.scalar(select(func.count()).select_from(models.ShopOrder)) == 0
     assert geneva_drive_session.scalar(select(func.count()).select_from(OrderFulfillment)) == 0
+
+
+def test_the_handlers_are_async_and_each_request_has_its_own_async_session(orders, monkeypatch):
+    acreate = OrderFulfillment.acreate
+    sessions = []
+
+    async def recording(session, **kwargs):
+        sessions.append(session)
+        return await acreate(session, **kwargs)
+
+    monkeypatch.setattr(OrderFulfillment, "acreate", recording)
+    _order(orders)
+    _order(orders)
+
+    handlers = {r.name: r.endpoint for r in router.routes if isinstance(r, APIRoute)}
+    assert set(handlers) >= {"create_order", "show_order", "payment_webhook"}
+    assert all(inspect.iscoroutinefunction(handler) for handler in handlers.values()), handlers
+    assert [type(s) for s in sessions] == [AsyncSession, AsyncSession]
+    assert sessions[0] is not sessions[1]
 
 
 def test_an_order_for_an_unknown_sku_is_refused_and_nothing_is_written(
@@ -211,6 +233,33 @@ def test_a_webhook_for_an_unknown_order_is_a_404(orders):
 
     assert response.status_code == 404, response.text
     assert "404" in response.json()["detail"]
+
+
+# --- the app's async engine ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("worker_url", "app_url"),
+    [
+        ("sqlite:///orders.db", "sqlite+aiosqlite:///orders.db"),
+        ("postgresql+psycopg://app:pw@db/shop", "postgresql+psycopg://app:pw@db/shop"),
+        (
+            "mariadb+pymysql://app:pw@/shop?unix_socket=/run/my.sock&charset=utf8mb4",
+            "mariadb+aiomysql://app:pw@/shop?unix_socket=/run/my.sock&charset=utf8mb4",
+        ),
+    ],
+)
+def test_the_app_opens_the_workers_database_through_its_async_driver(worker_url, app_url):
+    assert async_url(make_url(worker_url)) == make_url(app_url)
+
+
+def test_a_database_without_an_async_driver_is_refused_by_name():
+    with pytest.raises(ValueError, match="async driver") as refused:
+        async_url(make_url("oracle+oracledb://app:secret@db/shop"))
+
+    message = str(refused.value)
+    assert "GENEVA_DRIVE_DATABASE_URL" in message and "'oracle'" in message
+    assert "mariadb" in message and "secret" not in message
 
 
 # --- the dashboard at /ops ----------------------------------------------------------------------
