@@ -9,6 +9,7 @@ import pytest
 import geneva_drive
 
 EXPECTED_PUBLIC_NAMES = [
+    "AmbiguousHeroType",
     "CursorTooLargeError",
     "DatabaseBackend",
     "ExceptionPolicy",
@@ -36,6 +37,7 @@ EXPECTED_PUBLIC_NAMES = [
     "WorkerCrashed",
     "Workflow",
     "WorkflowAlreadyOngoing",
+    "WorkflowClassNotLoaded",
     "WorkflowNotOngoing",
     "WorkflowState",
     "clear_shutdown_request",
