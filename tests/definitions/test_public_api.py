@@ -9,6 +9,7 @@ import pytest
 import geneva_drive
 
 EXPECTED_PUBLIC_NAMES = [
+    "AmbiguousHeroType",
     "CursorTooLargeError",
     "DatabaseBackend",
     "ExceptionPolicy",

@@ -3,7 +3,8 @@
     GenevaDriveError
     ├── StepConfigurationError     a workflow class or option is defined wrongly
     │   ├── UnknownStepOptionError an option name @step does not know (also a TypeError)
-    │   └── PolicyResolutionError  a policy that cannot be applied (an unimportable matcher)
+    │   ├── PolicyResolutionError  a policy that cannot be applied (an unimportable matcher)
+    │   └── AmbiguousHeroType      a hero_type that names two mapped classes (a LookupError)
     ├── UnitOfWorkError            a step ended its session's transaction, or lost it
     ├── InvalidStateError          a verb was called on a workflow in the wrong state
     │   └── AdminRefused           an admin action the workflow's state does not allow
@@ -49,6 +50,11 @@ class PolicyResolutionError(StepConfigurationError):
     """An exception policy could not be applied to an error (e.g. its dotted matcher is gone)."""
 
     policy: Any = None  # the ExceptionPolicy concerned, once known
+
+
+class AmbiguousHeroType(StepConfigurationError, LookupError):
+    """Two mapped classes store the same ``hero_type`` (by default a class's bare name), so a
+    stored hero could be read from the wrong table; ``__hero_type__`` on one of them fixes it."""
 
 
 class UnitOfWorkError(GenevaDriveError):

@@ -42,6 +42,7 @@ from geneva_drive.engine import writer
 from geneva_drive.engine.outcomes import moved_columns
 from geneva_drive.engine.wakeups import enqueue_after_commit, note_woken, wake_for_start
 from geneva_drive.storage import queries, serialization
+from geneva_drive.storage.heroes import checked_hero_type, hero_type_of
 from geneva_drive.storage.limits import MAX_HERO_ID, MAX_HERO_TYPE
 from geneva_drive.storage.queries.bypass import as_inserted, connection_of, remember_workflow_lock
 from geneva_drive.storage.queries.starting import Hero, execution_row, starter_for, workflow_row
@@ -327,7 +328,7 @@ def _split_repeats(
 def _conflict_error(cls: type[Workflow], conflict: tuple[Any, int | None]) -> Exception:
     hero, existing = conflict
     state = sa_inspect(hero)
-    return ongoing_error(cls, type(hero).__name__, str(state.identity[0]), existing)
+    return ongoing_error(cls, hero_type_of(type(hero)), str(state.identity[0]), existing)
 
 
 def _collect(
@@ -377,11 +378,12 @@ def hero_key(
             )
         return None, None
     state = _hero_state(name, hero, verb)
+    hero_type = stored_hero_type(type(hero), f"{name}.{verb}(hero=...)")
     if state.identity is None:
         _flush_new_hero(session, name, hero)
     if state.identity is None:  # pragma: no cover - a flush always assigns the key
         raise StepConfigurationError(f"{name}.{verb}(hero=...): {hero!r} has no primary key")
-    hero_type, hero_id = type(hero).__name__, str(state.identity[0])
+    hero_id = str(state.identity[0])
     for what, value, limit in (
         ("class name", hero_type, MAX_HERO_TYPE),
         ("primary key", hero_id, MAX_HERO_ID),
@@ -394,6 +396,14 @@ def hero_key(
                 "that stores it); use a hero with a shorter key, or a shorter class name"
             )
     return hero_type, hero_id
+
+
+def stored_hero_type(hero_class: type[Any], where: str) -> str:
+    """What ``hero_type`` stores for the hero's class; refused if another class shares it."""
+    try:
+        return checked_hero_type(hero_class)
+    except StepConfigurationError as error:  # AmbiguousHeroType, or a bad __hero_type__
+        raise type(error)(f"{where}: {error}") from None
 
 
 def _hero_state(name: str, hero: Any, verb: str) -> InstanceState[Any]:

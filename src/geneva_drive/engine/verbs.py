@@ -120,7 +120,6 @@ def workflows_of_hero(
             f"for_hero({hero!r}): expected a saved instance of a mapped class with a "
             "single-column primary key (the kind of hero create() takes)"
         )
-    rows = q.hero_workflows(
-        session, cls, type(hero).__name__, str(key[0]), ongoing_only=ongoing_only
-    )
+    hero_type = starting.stored_hero_type(type(hero), f"for_hero({hero!r})")
+    rows = q.hero_workflows(session, cls, hero_type, str(key[0]), ongoing_only=ongoing_only)
     return [w for w in rows if not ongoing_only or w.state in ONGOING_WORKFLOW_STATES]

@@ -24,7 +24,7 @@ from typing import Any
 from sqlalchemy.orm import Session, sessionmaker
 
 from geneva_drive.definition.workflow import Workflow
-from geneva_drive.runtime.loaded import loaded_hero_types
+from geneva_drive.storage.heroes import loaded_hero_types
 from geneva_drive.storage.queries.deploy import PAUSED, InFlightGroup, in_flight_groups
 
 # The workflow states a group's rows can be in: a workflow paused while ready or running

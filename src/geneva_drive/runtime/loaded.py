@@ -14,10 +14,11 @@ import difflib
 import logging
 from collections.abc import Sequence
 
-from sqlalchemy.orm import Session, mapperlib
+from sqlalchemy.orm import Session
 
 from geneva_drive.core.errors import GenevaDriveError
 from geneva_drive.definition.workflow import Workflow
+from geneva_drive.storage.heroes import loaded_hero_types
 from geneva_drive.storage.queries.claims import ClaimScope, unclaimable_counts
 
 
@@ -32,21 +33,6 @@ def loaded_workflow_types() -> list[str]:
         str(identity)
         for identity, mapper in list(base.polymorphic_map.items())
         if mapper is not base
-    )
-
-
-def loaded_hero_types() -> list[str]:
-    """The class name (what ``hero_type`` stores) of every mapped class in this process.
-
-    Found as ``Workflow.hero`` finds a hero's class: by name, in every SQLAlchemy registry.
-    SQLAlchemy keeps no public list of registries; this private set is stable since 1.4.
-    """
-    return sorted(
-        {
-            mapper.class_.__name__
-            for registry in list(mapperlib._all_registries())
-            for mapper in list(registry.mappers)
-        }
     )
 
 

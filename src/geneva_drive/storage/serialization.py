@@ -8,7 +8,9 @@ stable.
 
 A mapped SQLAlchemy instance (an ``Order``, a ``User``) is stored as a *reference*: its class
 name and primary key, ``{"__gd__": ["record", "Order", 42]}`` — never its columns, which would
-go stale. Decoding is lazy, because loading a row needs a session:
+go stale. The name is the one ``hero_type`` would store (``__hero_type__`` if the class
+declares one; refused if two mapped classes share it, see ``storage.heroes``). Decoding is
+lazy, because loading a row needs a session:
 
 - ``decode(data, session=s)`` loads the instance with ``s.get(...)`` (``None`` if the row was
   deleted since);
@@ -18,8 +20,8 @@ go stale. Decoding is lazy, because loading a row needs a session:
   session;
 - anywhere else a :class:`Reference` comes back; ``ref.resolve(session)`` loads it.
 
-The class is found by name among the mapped classes of the process (as for heroes), so the
-module defining it must be imported; single-column primary keys only.
+The class is found by that name among the mapped classes of the process (as for heroes), so
+the module defining it must be imported; single-column primary keys only.
 """
 
 from __future__ import annotations
@@ -41,8 +43,12 @@ from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.exc import NoInspectionAvailable
 
 from geneva_drive.core import text
-from geneva_drive.core.errors import SerializationError, UnstorableTextError
-from geneva_drive.storage.heroes import resolve_hero_class
+from geneva_drive.core.errors import (
+    SerializationError,
+    StepConfigurationError,
+    UnstorableTextError,
+)
+from geneva_drive.storage.heroes import checked_hero_type, resolve_hero_class
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
@@ -92,6 +98,10 @@ def _mapped_reference(value: Any, depth: int) -> list[Any] | None:
     if mapper is None:
         return None
     name = type(value).__name__
+    try:
+        stored = checked_hero_type(type(value))
+    except StepConfigurationError as error:  # a name two classes share, a bad __hero_type__
+        raise SerializationError(f"cannot store a reference to {name} {value!r}: {error}") from None
     if len(mapper.primary_key) != 1:
         raise SerializationError(
             f"cannot store a reference to {name} {value!r}: it has a composite primary key, "
@@ -103,7 +113,7 @@ def _mapped_reference(value: Any, depth: int) -> list[Any] | None:
             f"cannot store a reference to {name} {value!r}: it has no primary key yet; add it "
             "to the session and flush() first"
         )
-    return ["record", name, _encode(identity[0], depth)]
+    return ["record", stored, _encode(identity[0], depth)]
 
 
 class _Misplaced(SerializationError):
