@@ -49,7 +49,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from types import FrameType
 
-from geneva_drive.core.errors import WorkerCrashed
+from geneva_drive.core.errors import AsyncDriverMissing, WorkerCrashed
 from geneva_drive.core.ports import EnqueuedStep
 from geneva_drive.core.settings import Settings, settings
 from geneva_drive.core.shutdown import request_shutdown, shutdown_requested
@@ -73,7 +73,7 @@ from geneva_drive.runtime.worker_options import (
     check_options,
 )
 from geneva_drive.storage import queries
-from geneva_drive.storage.db import session_factory
+from geneva_drive.storage.db import missing_async_driver, session_factory
 from geneva_drive.storage.dialects import dialect_of
 from geneva_drive.storage.queries.claims import ClaimScope
 
@@ -120,6 +120,23 @@ def _async_concurrency(value: object, scope: ClaimScope) -> int:
                 f"concurrency (default {DEFAULT_ASYNC_CONCURRENCY}), or make it a plain def",
             )
     return value
+
+
+def _require_async_driver(config: Settings, scope: ClaimScope | None) -> None:
+    """At start-up, not at the first async step: the async lane's driver imports."""
+    if scope is None:
+        return
+    missing = missing_async_driver(config.require_engine())
+    if missing is None:
+        return
+    driver, module, extra = missing
+    found = first_async_part(scope)
+    raise AsyncDriverMissing(
+        f"Worker: {found} is async def, and async steps run on the worker's event loop over "
+        f"{driver}, which does not import here (no module named {module!r}); install it: "
+        f"pip install 'geneva-drive[{extra}]' — or leave those workflow classes out of this "
+        "worker's --app"
+    )
 
 
 @dataclass(eq=False)
@@ -355,6 +372,7 @@ class Worker:
         # Classes with async def steps go to the async lane, the others to the step threads.
         self.async_concurrency = _async_concurrency(async_concurrency, self.scope)
         self._split_scope()
+        _require_async_driver(self.config, self._async_scope)
         self.async_lane: AsyncLane | None = None
         self.outages = Outages(log)
         self._unloaded = UnloadedClassReport(log)
@@ -400,6 +418,7 @@ class Worker:
         self.scope = claim_scope(self.queues)
         require_workflows(self.scope)
         self._split_scope()
+        _require_async_driver(self.config, self._async_scope)
         check_database(self.config.require_engine(), wait=self.startup_wait)
         self._survey(force=True)
         deploy_check.log_summary(session_factory(self.config), log)  # one line (issue 15 §3)
