@@ -16,7 +16,8 @@ Threads of one worker process:
   can afford it), and runs housekeeping when ``housekeeping_interval`` is set (one worker at
   a time, by a database lock).
 - **the listener** (PostgreSQL): ``LISTEN geneva_drive`` on a dedicated connection; a NOTIFY
-  from a commit that made a row due now wakes an idle step thread at once.
+  from a commit that made a row due now wakes an idle step thread at once, and an idle task
+  of the async lane (``async_lane``) when async classes are loaded.
 
 What it claims: only executions of the workflow classes (and hero classes) this process has
 loaded, on the queues it serves (see ``loaded.py``); it refuses to start with no workflow class
@@ -64,6 +65,7 @@ from geneva_drive.runtime.async_lane import (
 )
 from geneva_drive.runtime.backends.database import DatabaseBackend
 from geneva_drive.runtime.heartbeat import Heartbeat
+from geneva_drive.runtime.lane_wakeups import LaneWakeups
 from geneva_drive.runtime.loaded import UnloadedClassReport, claim_scope, require_workflows
 from geneva_drive.runtime.pool import pool_problem
 from geneva_drive.runtime.startup import Outages, check_database, is_outage
@@ -401,6 +403,7 @@ class Worker:
         self._stopping = threading.Event()  # stop claiming
         self._done = threading.Event()  # stop the maintenance thread and the listener
         self._wakeup = IdleThreads(concurrency)
+        self._lane_wakeup = LaneWakeups(self.async_concurrency)
         self._stop_requested_at: float | None = None
         self._until: Callable[[], bool] | None = None
         self._count_lock = threading.Lock()
@@ -425,6 +428,7 @@ class Worker:
         backend = self.config.backend
         if isinstance(backend, DatabaseBackend):
             backend.subscribe(self._wakeup)
+            backend.subscribe(self._lane_wakeup)
         if install_signals and threading.current_thread() is threading.main_thread():
             # The worker owns this process (as under `geneva-drive worker`).
             self._install_signal_handlers()
@@ -467,6 +471,7 @@ class Worker:
                 )
             if isinstance(backend, DatabaseBackend):
                 backend.unsubscribe(self._wakeup)
+                backend.unsubscribe(self._lane_wakeup)
             log.info("worker %s stopped after %d step(s)", self.worker_id, self.steps_run)
         if self.crashed is not None:
             name, error = self.crashed
@@ -486,6 +491,8 @@ class Worker:
             should_exit=self._should_exit,
             scope=lambda: self._async_scope,
             count=self._count,
+            wakeups=self._lane_wakeup,
+            outages=self.outages,
         )
         return self.async_lane.run
 
@@ -758,8 +765,12 @@ class Worker:
                 while not self._done.is_set():
                     for note in driver.notifies(timeout=1.0):
                         if not self.queues or note.payload in self.queues:
-                            # One per transaction, however many rows it made due: relayed.
+                            # One per transaction, however many rows it made due: relayed,
+                            # to the step threads and to the async lane (one LISTEN each
+                            # process; the one that claims nothing goes back to sleep).
                             self._wakeup.set(relay=True)
+                            if self._async_scope is not None:
+                                self._lane_wakeup.set(relay=True)
             except Exception as error:
                 if self._done.is_set():
                     break
