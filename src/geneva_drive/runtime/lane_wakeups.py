@@ -32,6 +32,7 @@ class LaneWakeups:
         self._waiters: list[asyncio.Future[bool]] = []  # the most recently idle last
         self._missed = 0
         self._missed_relay = False  # one of the missed wake-ups was a relay
+        self._closed = False
 
     def attach(self) -> None:
         """Called on the lane's loop when it starts: wake-ups go to it from now on."""
@@ -80,12 +81,28 @@ class LaneWakeups:
             self._missed -= 1
             relay, self._missed_relay = self._missed_relay, False
             return relay
+        if self._closed:
+            return False
         waiter: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
         try:
-            return await asyncio.wait_for(waiter, timeout)
-        except TimeoutError:
-            return None
+            # asyncio.wait, not wait_for: no cancel-and-wait at every timeout (a hundred idle
+            # tasks time out twenty times a second each, to look whether the worker stops).
+            await asyncio.wait([waiter], timeout=timeout)
         finally:
             if waiter in self._waiters:
                 self._waiters.remove(waiter)
+        return waiter.result() if waiter.done() else None
+
+    def close(self) -> None:
+        """The worker is stopping (from any thread): wake every idle task, now and later."""
+        with self._lock:
+            self._closed = True
+            loop = self._loop
+        if loop is not None:
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(self._wake_all)
+
+    def _wake_all(self) -> None:
+        while self._wake_waiter(False):
+            pass

@@ -88,6 +88,7 @@ MIN_IDLE_SECONDS = 0.05
 # How often an idle worker counts the rows of classes it has not loaded (it reads every
 # scheduled row, so not at every idle moment); new classes are reported when first seen.
 SURVEY_SECONDS = 300.0
+_LANE_THREAD = "geneva-drive-async"
 
 
 def freeze_startup_objects() -> None:
@@ -448,7 +449,7 @@ class Worker:
             helpers.append(self._thread(self._listen, "geneva-drive-listen"))
         steps = [self._thread(self._loop, f"geneva-drive-{i}") for i in range(self.concurrency)]
         if self._async_scope is not None:
-            steps.append(self._thread(self._start_async_lane(), "geneva-drive-async"))
+            steps.append(self._thread(self._start_async_lane(), _LANE_THREAD))
         try:
             for thread in [*helpers, *steps]:
                 thread.start()
@@ -532,6 +533,7 @@ class Worker:
             self._stop_requested_at = time.monotonic()
         self._stopping.set()
         self._wakeup.close()
+        self._lane_wakeup.close()
 
     def _should_exit(self) -> bool:
         """Stop claiming (and stop resumable steps): this worker or the whole process stops."""
@@ -550,7 +552,14 @@ class Worker:
                 and time.monotonic() - started > self.grace_period.total_seconds()
             ):
                 break
-        self.abandoned = sum(1 for thread in steps if thread.is_alive())
+        # Steps, not threads: the lane's thread may still be closing its engine after its
+        # last step ended (or be finishing a claim that finds nothing).
+        lane = self.async_lane
+        self.abandoned = sum(
+            (lane.in_flight if lane is not None else 0) if thread.name == _LANE_THREAD else 1
+            for thread in steps
+            if thread.is_alive()
+        )
 
     # -- the step threads ----------------------------------------------------------------
 
