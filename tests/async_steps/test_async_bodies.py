@@ -14,9 +14,9 @@ from collections.abc import Callable
 import pytest
 from sqlalchemy import select
 
-from geneva_drive import Workflow, step
+from geneva_drive import SignalMatcher, Workflow, step
 from geneva_drive.core.states import WorkflowState
-from geneva_drive.testing import speedrun
+from geneva_drive.testing import run_until_parked, speedrun
 from tests.async_steps._support import lane, wait_until
 from tests.engine._support import history, reload
 from tests.support.app import AuditEntry, Order
@@ -210,3 +210,73 @@ def test_an_async_exception_handler_is_awaited(session, run):
 
     assert handled == ["handled asynchronously"]
     assert reload(session, workflow).state == "finished"
+
+
+class PaidEnough:
+    """A signal matcher whose ``matches`` is ``async def``: it must be awaited, not read as
+    truthy (a coroutine object is), or the first payment would be taken."""
+
+    names = ("paid",)
+
+    async def matches(self, signal) -> bool:
+        await asyncio.sleep(0)
+        return bool(signal.payload["cents"] >= 100)
+
+
+async def _enough(workflow: Workflow, payload) -> bool:
+    await asyncio.sleep(0)
+    return bool(payload["cents"] >= 100)
+
+
+class AwaitsAPayment(Workflow):
+    @step
+    async def invoice(self) -> None:
+        await asyncio.sleep(0)
+
+    @step(wait_for=PaidEnough())
+    def record(self) -> None:
+        self.hero.status = f"paid {self.received_signal.payload['cents']}"
+
+
+class AwaitsAPaymentByPredicate(Workflow):
+    @step
+    async def invoice(self) -> None:
+        await asyncio.sleep(0)
+
+    @step(wait_for=SignalMatcher("paid", _enough))
+    def record(self) -> None:
+        self.hero.status = f"paid {self.received_signal.payload['cents']}"
+
+
+@pytest.mark.parametrize("cls", [AwaitsAPayment, AwaitsAPaymentByPredicate])
+def test_an_async_signal_matcher_is_awaited(session, run, cls):
+    workflow, hero = _start(session, cls)
+    # Both arrive before the step waits: its phase 1 (on the lane, or in the sync caller)
+    # scans them with the matcher, which takes the second only.
+    workflow.signal("paid", {"cents": 50})
+    workflow.signal("paid", {"cents": 150})
+    session.commit()
+
+    run(workflow)
+
+    session.refresh(hero)
+    assert hero.status == "paid 150"
+    assert reload(session, workflow).state == "finished"
+
+
+def test_an_async_signal_matcher_is_awaited_when_the_signal_arrives(session):
+    workflow, hero = _start(session, AwaitsAPaymentByPredicate)
+    run_until_parked(workflow)  # the invoice, then the step parks on the signal
+    assert history(session, workflow)[-1][:2] == ("record", "waiting")
+
+    # Matched in the signalling transaction (here a sync one: the predicate runs on a loop
+    # of its own; through asignal() it is awaited on the application's loop).
+    workflow.signal("paid", {"cents": 50})
+    session.commit()
+    assert history(session, workflow)[-1][:2] == ("record", "waiting")
+    workflow.signal("paid", {"cents": 150})
+    session.commit()
+    speedrun(workflow)
+
+    session.refresh(hero)
+    assert hero.status == "paid 150"

@@ -151,3 +151,20 @@ class CeleryLongWalk(Workflow):
 
 
 WALK_ITEMS = 1000
+
+
+class CeleryAwaits(Workflow):
+    """An async step: the Celery task runs it to completion on a loop of its own, then the
+    sync step after it, each message a step."""
+
+    @step
+    async def call(self) -> None:
+        import asyncio
+
+        await asyncio.sleep(0.01)  # the gateway's I/O
+        self.async_session.add(AuditEntry(order_id=self.hero.id, note=f"{self.id}:call"))
+        await self.async_session.flush()
+
+    @step
+    def after(self) -> None:
+        audit(self, "after")

@@ -345,3 +345,18 @@ def test_a_threads_pool_larger_than_the_engine_s_pool_is_reported_at_its_first_t
     if too_small:
         assert "needs 18" in worker.output.text()
         assert "create_engine(url, pool_size=18)" in worker.output.text()
+
+
+def test_an_async_step_runs_to_completion_inside_the_celery_task(session, app, start_worker):
+    worker = start_worker()
+    workflows = [create(session, app.CeleryAwaits) for _ in range(3)]
+
+    wait_until(lambda: all_finished(session, workflows), describe=worker.output.text)
+
+    expected = Counter(f"{w.id}:{n}" for w in workflows for n in ("call", "after"))
+    assert notes(session) == expected  # the awaited body's writes committed with its outcome
+    for workflow in workflows:
+        assert [(e.step_name, e.outcome) for e in executions(session, workflow)] == [
+            ("call", "success"),
+            ("after", "success"),
+        ]

@@ -46,7 +46,7 @@ from geneva_drive.cli.options import (
     setup_logging,
 )
 from geneva_drive.cli.values import as_usage_error, queue_names, seconds, split_queues, whole
-from geneva_drive.core.errors import GenevaDriveError, StepConfigurationError
+from geneva_drive.core.errors import AsyncDriverMissing, GenevaDriveError, StepConfigurationError
 from geneva_drive.runtime.worker_options import DEFAULT_WAIT_SECONDS, WorkerOptionError
 
 # ``app`` here has every command registered (the tests drive it); the shared options are
@@ -322,7 +322,10 @@ def describe(error: Exception) -> tuple[str, int]:
     from geneva_drive.runtime.loaded import NoWorkflowsLoaded
     from geneva_drive.runtime.startup import StartupError, first_line
 
-    if isinstance(error, NoWorkflowsLoaded | AppImportError | MissingExtra | DatabaseUrlError):
+    if isinstance(
+        error,
+        NoWorkflowsLoaded | AppImportError | MissingExtra | DatabaseUrlError | AsyncDriverMissing,
+    ):
         return str(error), 2
     if isinstance(error, ArgumentError | NoSuchModuleError):
         return f"--database-url: {error}", 2

@@ -20,6 +20,7 @@
     ├── SerializationError         a value the JSON codec cannot store
     │   └── UnstorableTextError    text with NUL or a lone surrogate (also a ValueError)
     ├── WorkerCrashed              a database worker's thread died; the worker stopped
+    ├── AsyncDriverMissing         async steps are loaded, their database's async driver is not
     └── StepExecutionError         carries the execution and workflow it concerns
         └── StepNotDefinedError    a row names a step the class no longer defines
             └── WorkflowClassNotLoaded  a verb needs the steps of a class this process lacks
@@ -64,6 +65,11 @@ class UnitOfWorkError(GenevaDriveError):
 
 class WorkerCrashed(GenevaDriveError):
     """A thread of the database worker died of an unexpected error, so the worker stopped."""
+
+
+class AsyncDriverMissing(GenevaDriveError):
+    """A worker has async steps to run but not the async driver of its database (the extra
+    that provides it is named in the message); raised when the worker starts."""
 
 
 class InvalidStateError(GenevaDriveError):

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from geneva_drive.core import text
+from geneva_drive.core.awaiting import settle
 from geneva_drive.storage.limits import MAX_SIGNAL_NAME
 
 if TYPE_CHECKING:
@@ -41,7 +42,8 @@ class SignalMatcher:
             return False
         if self.predicate is None:
             return True
-        return bool(self.predicate(signal.workflow, signal.payload))
+        # settle(): an ``async def`` predicate is awaited (a coroutine object is truthy).
+        return bool(settle(self.predicate(signal.workflow, signal.payload)))
 
     def __repr__(self) -> str:
         return self.name if self.predicate is None else f"{self.name} (narrowed by payload)"

@@ -15,6 +15,10 @@ if the body did not. So a hundred steps awaiting an HTTP call hold no connection
 the lane's pool (``pool_size``, a few) bounds what it holds however many steps are in flight:
 a step that needs one while all are taken waits on the loop, not in a thread.
 
+**Wake-ups**: an idle task sleeps until the poll interval or a wake-up — the worker's LISTEN
+thread passes each NOTIFY to the lane as to the step threads, and this process's own commits
+wake it through the backend (``lane_wakeups``: one idle task per wake-up, relayed on).
+
 **Leases and shutdown** are the worker's: each task reports the step it runs to the worker's
 heartbeat under a key of its own, and stops claiming when the worker stops; the worker's grace
 period waits for the lane's thread as for a step thread.
@@ -25,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -33,6 +38,8 @@ from geneva_drive.definition.callables import is_coroutine_function
 from geneva_drive.definition.workflow import Workflow
 from geneva_drive.engine.executor import RunOptions, claim_and_run
 from geneva_drive.engine.leases import RunningExecutions
+from geneva_drive.runtime.lane_wakeups import LaneWakeups
+from geneva_drive.runtime.startup import Outages, is_outage
 from geneva_drive.storage.db import async_engine_like
 from geneva_drive.storage.queries.claims import ClaimScope
 
@@ -42,6 +49,9 @@ DEFAULT_ASYNC_CONCURRENCY = 100
 # Connections the lane's pool holds at most: enough for phases 1 and 3 of the steps that
 # start and end at the same moment; bodies that touch the database hold one each meanwhile.
 DEFAULT_LANE_POOL = 4
+
+# How often an idle task looks whether the worker is stopping (a wake-up ends its wait at once).
+_STOP_CHECK_SECONDS = 0.05
 
 _HOOKS = ("before_step_execution", "after_step_execution")
 
@@ -104,6 +114,8 @@ class AsyncLane:
         scope: Callable[[], ClaimScope | None],
         count: Callable[[], None],
         pool_size: int = DEFAULT_LANE_POOL,
+        wakeups: LaneWakeups | None = None,
+        outages: Outages | None = None,
     ) -> None:
         self.engine = async_engine_like(config.require_engine(), pool_size=pool_size)
         # The same settings on the async engine's sync face: phases written for a sync
@@ -116,6 +128,9 @@ class AsyncLane:
         self._should_exit = should_exit
         self._scope = scope
         self._count = count
+        self.wakeups = wakeups or LaneWakeups(concurrency)
+        self.outages = outages or Outages(log)  # the worker's: one line per outage
+        self.idle = 0  # tasks waiting for a due row or a wake-up now (tests wait on it)
         self.in_flight = 0  # steps between their claim and their end, now (tests watch it)
         self.peak_in_flight = 0
         self._flying: set[tuple[str, int]] = set()
@@ -126,37 +141,78 @@ class AsyncLane:
         asyncio.run(self._main())
 
     async def _main(self) -> None:
+        self.wakeups.attach()
         try:
             await asyncio.gather(*(self._task(i) for i in range(self.concurrency)))
         finally:
+            self.wakeups.detach()
             await self.engine.dispose()
 
     async def _task(self, index: int) -> None:
         from sqlalchemy.util import greenlet_spawn
 
         key = ("async", index)
-        options = replace(self.options, on_started=lambda eid: self._started(key, eid))
+        relay = [False]  # this task's claim follows a relayed wake-up: pass it on
+
+        def started(execution_id: int) -> None:
+            # Phase 1 committed: pass a relay on now, so the next task claims while this
+            # one's body awaits its I/O (not a second later).
+            self._started(key, execution_id)
+            self._pass_on(relay)
+
+        options = replace(self.options, on_started=started)
         while not self._should_exit():
             scope = self._scope()
             ran = False
             if scope is not None:
+                began = time.monotonic()
                 try:
                     ran = await greenlet_spawn(claim_and_run, scope, options, self.config)
-                except Exception:
-                    log.exception("async lane: claiming or running a step failed; retrying")
+                    self.outages.ok(began)
+                except Exception as error:
+                    await self._pause_after(error, began)
+                    continue
                 finally:
                     self._finished(key)
             if ran:
+                self._pass_on(relay)  # a claim that phase 1 ended (no body) passes on here
                 self._count()
                 continue
-            await self._idle()
+            relay[0] = await self._idle()
 
-    async def _idle(self) -> None:
-        # Polls: a due row is found within poll_interval (a NOTIFY wakes the step threads,
-        # not this loop — left for later, see docs/async-steps.md).
-        deadline = asyncio.get_running_loop().time() + self.poll_interval
-        while not self._should_exit() and asyncio.get_running_loop().time() < deadline:
-            await asyncio.sleep(min(0.05, self.poll_interval))
+    async def _pause_after(self, error: Exception, started: float) -> None:
+        """As a step thread does: a lost database is said once per outage (by the worker's
+        ``Outages``) and retried with backoff; anything else is logged and retried after the
+        poll interval — never at once, which with a hundred tasks would spin."""
+        if is_outage(error):
+            pause = self.outages.failed(error, started)
+        else:
+            log.error("async lane: claiming or running a step failed; retrying", exc_info=error)
+            pause = self.poll_interval
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + pause
+        while not self._should_exit() and (left := deadline - loop.time()) > 0:
+            await asyncio.sleep(min(_STOP_CHECK_SECONDS, left))
+
+    def _pass_on(self, relay: list[bool]) -> None:
+        if relay[0]:
+            relay[0] = False
+            self.wakeups.pass_on()
+
+    async def _idle(self) -> bool:
+        """Sleep until the poll interval or a wake-up; whether it was a relayed one. Checks
+        for the worker stopping between short slices."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.poll_interval
+        self.idle += 1
+        try:
+            while not self._should_exit() and (left := deadline - loop.time()) > 0:
+                woken = await self.wakeups.sleep(min(_STOP_CHECK_SECONDS, left))
+                if woken is not None:
+                    return woken
+            return False
+        finally:
+            self.idle -= 1
 
     def _started(self, key: tuple[str, int], execution_id: int) -> None:
         self.running.started_as(key, execution_id)

@@ -16,7 +16,8 @@ Threads of one worker process:
   can afford it), and runs housekeeping when ``housekeeping_interval`` is set (one worker at
   a time, by a database lock).
 - **the listener** (PostgreSQL): ``LISTEN geneva_drive`` on a dedicated connection; a NOTIFY
-  from a commit that made a row due now wakes an idle step thread at once.
+  from a commit that made a row due now wakes an idle step thread at once, and an idle task
+  of the async lane (``async_lane``) when async classes are loaded.
 
 What it claims: only executions of the workflow classes (and hero classes) this process has
 loaded, on the queues it serves (see ``loaded.py``); it refuses to start with no workflow class
@@ -49,7 +50,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from types import FrameType
 
-from geneva_drive.core.errors import WorkerCrashed
+from geneva_drive.core.errors import AsyncDriverMissing, WorkerCrashed
 from geneva_drive.core.ports import EnqueuedStep
 from geneva_drive.core.settings import Settings, settings
 from geneva_drive.core.shutdown import request_shutdown, shutdown_requested
@@ -64,6 +65,7 @@ from geneva_drive.runtime.async_lane import (
 )
 from geneva_drive.runtime.backends.database import DatabaseBackend
 from geneva_drive.runtime.heartbeat import Heartbeat
+from geneva_drive.runtime.lane_wakeups import LaneWakeups
 from geneva_drive.runtime.loaded import UnloadedClassReport, claim_scope, require_workflows
 from geneva_drive.runtime.pool import pool_problem
 from geneva_drive.runtime.startup import Outages, check_database, is_outage
@@ -73,7 +75,7 @@ from geneva_drive.runtime.worker_options import (
     check_options,
 )
 from geneva_drive.storage import queries
-from geneva_drive.storage.db import session_factory
+from geneva_drive.storage.db import missing_async_driver, session_factory
 from geneva_drive.storage.dialects import dialect_of
 from geneva_drive.storage.queries.claims import ClaimScope
 
@@ -86,6 +88,7 @@ MIN_IDLE_SECONDS = 0.05
 # How often an idle worker counts the rows of classes it has not loaded (it reads every
 # scheduled row, so not at every idle moment); new classes are reported when first seen.
 SURVEY_SECONDS = 300.0
+_LANE_THREAD = "geneva-drive-async"
 
 
 def freeze_startup_objects() -> None:
@@ -120,6 +123,23 @@ def _async_concurrency(value: object, scope: ClaimScope) -> int:
                 f"concurrency (default {DEFAULT_ASYNC_CONCURRENCY}), or make it a plain def",
             )
     return value
+
+
+def _require_async_driver(config: Settings, scope: ClaimScope | None) -> None:
+    """At start-up, not at the first async step: the async lane's driver imports."""
+    if scope is None:
+        return
+    missing = missing_async_driver(config.require_engine())
+    if missing is None:
+        return
+    driver, module, extra = missing
+    found = first_async_part(scope)
+    raise AsyncDriverMissing(
+        f"Worker: {found} is async def, and async steps run on the worker's event loop over "
+        f"{driver}, which does not import here (no module named {module!r}); install it: "
+        f"pip install 'geneva-drive[{extra}]' — or leave those workflow classes out of this "
+        "worker's --app"
+    )
 
 
 @dataclass(eq=False)
@@ -355,6 +375,7 @@ class Worker:
         # Classes with async def steps go to the async lane, the others to the step threads.
         self.async_concurrency = _async_concurrency(async_concurrency, self.scope)
         self._split_scope()
+        _require_async_driver(self.config, self._async_scope)
         self.async_lane: AsyncLane | None = None
         self.outages = Outages(log)
         self._unloaded = UnloadedClassReport(log)
@@ -383,6 +404,7 @@ class Worker:
         self._stopping = threading.Event()  # stop claiming
         self._done = threading.Event()  # stop the maintenance thread and the listener
         self._wakeup = IdleThreads(concurrency)
+        self._lane_wakeup = LaneWakeups(self.async_concurrency)
         self._stop_requested_at: float | None = None
         self._until: Callable[[], bool] | None = None
         self._count_lock = threading.Lock()
@@ -400,12 +422,14 @@ class Worker:
         self.scope = claim_scope(self.queues)
         require_workflows(self.scope)
         self._split_scope()
+        _require_async_driver(self.config, self._async_scope)
         check_database(self.config.require_engine(), wait=self.startup_wait)
         self._survey(force=True)
         deploy_check.log_summary(session_factory(self.config), log)  # one line (issue 15 §3)
         backend = self.config.backend
         if isinstance(backend, DatabaseBackend):
             backend.subscribe(self._wakeup)
+            backend.subscribe(self._lane_wakeup)
         if install_signals and threading.current_thread() is threading.main_thread():
             # The worker owns this process (as under `geneva-drive worker`).
             self._install_signal_handlers()
@@ -425,7 +449,7 @@ class Worker:
             helpers.append(self._thread(self._listen, "geneva-drive-listen"))
         steps = [self._thread(self._loop, f"geneva-drive-{i}") for i in range(self.concurrency)]
         if self._async_scope is not None:
-            steps.append(self._thread(self._start_async_lane(), "geneva-drive-async"))
+            steps.append(self._thread(self._start_async_lane(), _LANE_THREAD))
         try:
             for thread in [*helpers, *steps]:
                 thread.start()
@@ -448,6 +472,7 @@ class Worker:
                 )
             if isinstance(backend, DatabaseBackend):
                 backend.unsubscribe(self._wakeup)
+                backend.unsubscribe(self._lane_wakeup)
             log.info("worker %s stopped after %d step(s)", self.worker_id, self.steps_run)
         if self.crashed is not None:
             name, error = self.crashed
@@ -467,6 +492,8 @@ class Worker:
             should_exit=self._should_exit,
             scope=lambda: self._async_scope,
             count=self._count,
+            wakeups=self._lane_wakeup,
+            outages=self.outages,
         )
         return self.async_lane.run
 
@@ -506,6 +533,7 @@ class Worker:
             self._stop_requested_at = time.monotonic()
         self._stopping.set()
         self._wakeup.close()
+        self._lane_wakeup.close()
 
     def _should_exit(self) -> bool:
         """Stop claiming (and stop resumable steps): this worker or the whole process stops."""
@@ -524,7 +552,14 @@ class Worker:
                 and time.monotonic() - started > self.grace_period.total_seconds()
             ):
                 break
-        self.abandoned = sum(1 for thread in steps if thread.is_alive())
+        # Steps, not threads: the lane's thread may still be closing its engine after its
+        # last step ended (or be finishing a claim that finds nothing).
+        lane = self.async_lane
+        self.abandoned = sum(
+            (lane.in_flight if lane is not None else 0) if thread.name == _LANE_THREAD else 1
+            for thread in steps
+            if thread.is_alive()
+        )
 
     # -- the step threads ----------------------------------------------------------------
 
@@ -739,8 +774,12 @@ class Worker:
                 while not self._done.is_set():
                     for note in driver.notifies(timeout=1.0):
                         if not self.queues or note.payload in self.queues:
-                            # One per transaction, however many rows it made due: relayed.
+                            # One per transaction, however many rows it made due: relayed,
+                            # to the step threads and to the async lane (one LISTEN each
+                            # process; the one that claims nothing goes back to sleep).
                             self._wakeup.set(relay=True)
+                            if self._async_scope is not None:
+                                self._lane_wakeup.set(relay=True)
             except Exception as error:
                 if self._done.is_set():
                     break

@@ -3,6 +3,7 @@ database lives in ``storage.dialects``), and the factory of geneva-drive's own s
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy
@@ -81,20 +82,43 @@ def engine_for_workers(engine: Engine) -> Engine:
 
 def async_engine_like(engine: Engine, *, pool_size: int) -> AsyncEngine:
     """An asyncio engine on ``engine``'s database, over its dialect's async driver, prepared
-    like ``engine`` (its ``sync_engine`` fires the same events: SQLite's ``BEGIN IMMEDIATE``).
+    like ``engine`` (its ``sync_engine`` fires the same events: SQLite's ``BEGIN IMMEDIATE``)
+    and with the arguments :func:`create_async_engine` gives (MariaDB: READ COMMITTED and
+    utf8mb4 on connect), whether or not the application's engine was made by geneva-drive.
 
     For a worker's event loop (``runtime.async_lane``). ``pool_size`` bounds the connections
     it holds however many steps are in flight: a step waits on the loop for a free one.
     """
-    from sqlalchemy.ext.asyncio import create_async_engine  # only where async steps run
+    from sqlalchemy.ext.asyncio import create_async_engine as create  # only where async runs
 
     dialect = dialect_of(engine)
     if dialect.async_driver is None:  # pragma: no cover - every dialect names one today
         raise ValueError(f"async steps are not supported on {engine.dialect.name}")
     url = engine.url.set(drivername=f"{engine.url.get_backend_name()}+{dialect.async_driver}")
-    built = create_async_engine(url, pool_size=pool_size, max_overflow=0)
+    url, kwargs = dialect.engine_arguments(url, {"pool_size": pool_size, "max_overflow": 0})
+    built = create(url, **kwargs)
     prepare_engine(built.sync_engine)
     return built
+
+
+# The extra that installs a module an async driver imports; the others come with ``async``.
+_EXTRA_OF_MODULE = {"psycopg": "postgres", "pymysql": "mysql"}
+
+
+def missing_async_driver(engine: Engine) -> tuple[str, str, str] | None:
+    """Why :func:`async_engine_like` cannot work here: (the async driver, the module that
+    does not import, the extra that installs it) — or None when it can."""
+    driver = dialect_of(engine).async_driver
+    if driver is None:  # pragma: no cover - every dialect names one today
+        return None
+    url = engine.url.set(drivername=f"{engine.url.get_backend_name()}+{driver}")
+    try:
+        importlib.import_module("greenlet")  # SQLAlchemy's asyncio runs on it
+        url.get_dialect(_is_async=True).import_dbapi()
+    except ModuleNotFoundError as error:
+        module = (error.name or "?").partition(".")[0]
+        return driver, module, _EXTRA_OF_MODULE.get(module, "async")
+    return None
 
 
 def session_factory(config: Settings) -> sessionmaker[Session]:
