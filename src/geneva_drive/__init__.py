@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from geneva_drive.core.clock import FrozenClock, SystemClock
     from geneva_drive.core.errors import (
         AmbiguousHeroType,
+        AsyncDriverMissing,
         CursorTooLargeError,
         GenevaDriveError,
         InvalidStateError,
@@ -69,6 +70,7 @@ if TYPE_CHECKING:
 # that uses the DSL loads no Alembic. Every name still imports as ``from geneva_drive import X``.
 _EXPORTS: dict[str, str] = {
     "AmbiguousHeroType": "geneva_drive.core.errors",
+    "AsyncDriverMissing": "geneva_drive.core.errors",
     "CursorTooLargeError": "geneva_drive.core.errors",
     "DatabaseBackend": "geneva_drive.runtime.backends",
     "ExceptionPolicy": "geneva_drive.definition.policy",
@@ -152,6 +154,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AmbiguousHeroType",
+    "AsyncDriverMissing",
     "CursorTooLargeError",
     "DatabaseBackend",
     "ExceptionPolicy",

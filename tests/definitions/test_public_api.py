@@ -10,6 +10,7 @@ import geneva_drive
 
 EXPECTED_PUBLIC_NAMES = [
     "AmbiguousHeroType",
+    "AsyncDriverMissing",
     "CursorTooLargeError",
     "DatabaseBackend",
     "ExceptionPolicy",
