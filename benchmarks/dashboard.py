@@ -6,8 +6,11 @@
     .venv/bin/python benchmarks/dashboard.py --url postgresql+psycopg://…     # filled already
 
 What users run is what is measured: the console script ``geneva-drive dashboard --read-only``
-(uvicorn, this tree's ``src``), a PostgreSQL on loopback TCP with ``synchronous_commit=on``, and
-a client that keeps one HTTP/1.1 connection open as a browser does. The data is
+(uvicorn, this tree's ``src``), a PostgreSQL on loopback TCP with ``synchronous_commit=on``,
+and a client that keeps one HTTP/1.1 connection open as a browser does. The command runs on
+the wall clock, days after the fill's history ends, so its overview's last hour is empty;
+``--clocks`` ``data`` (measured too by default) serves the same app with uvicorn on the
+fill's "now", where the last hour holds the fill's last hour of work. The data is
 benchmarks/admin.py's fixed fill (``fill``: ``--size`` workflows, ``--executions-per``
 executions each, 10,000 live at every size, the rest history). With ``--pg-data`` the filled
 database is kept in that directory and reused by the next run with the same size and fill
@@ -149,16 +152,37 @@ def server_facts(url: str) -> dict[str, Any]:
 # -- the dashboard process ---------------------------------------------------------------------
 
 
-def start_dashboard(url: str, src: Path) -> tuple[subprocess.Popen[bytes], int]:
+# ``--clock data``: the same app and server as the command's (``create_app``, uvicorn), with the
+# clock frozen at the fill's "now", so the overview's last hour holds the fill's last hour of
+# work; the command itself runs on the wall clock, days after the fill's history ends.
+FROZEN = """
+import sys
+from datetime import datetime
+import uvicorn
+import geneva_drive
+from geneva_drive.core.clock import FrozenClock
+from geneva_drive.dashboard import create_app
+from geneva_drive.runtime.configure import configure
+
+engine = geneva_drive.create_engine(sys.argv[1])
+configure(engine=engine)
+app = create_app(engine=engine, clock=FrozenClock(datetime.fromisoformat(sys.argv[3])))
+uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[2]), log_level="warning")
+"""
+
+
+def start_dashboard(url: str, src: Path, clock: str) -> tuple[subprocess.Popen[bytes], int]:
+    """``geneva-drive dashboard --read-only`` (``clock`` "wall"), or the same app on the
+    fill's frozen "now" (``clock`` "data")."""
     port = free_port()
     env = dict(os.environ, PYTHONPATH=str(src), GENEVA_DRIVE_DATABASE_URL=url)
     script = str(Path(sys.executable).parent / "geneva-drive")
-    process = subprocess.Popen(
-        [script, "dashboard", "--read-only", "--port", str(port)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    argv = [script, "dashboard", "--read-only", "--port", str(port)]
+    if clock == "data":
+        argv = [sys.executable, "-c", FROZEN, url, str(port), NOW.isoformat()]
+    elif clock != "wall":
+        raise SystemExit(f"--clocks: {clock!r} is neither wall nor data")
+    process = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     def up() -> bool:
         if process.poll() is not None:
@@ -175,29 +199,31 @@ def start_dashboard(url: str, src: Path) -> tuple[subprocess.Popen[bytes], int]:
     return process, port
 
 
-def measure(url: str, n: int, requests: int, src: Path, label: str) -> None:
+def measure(url: str, n: int, requests: int, src: Path, label: str, clocks: list[str]) -> None:
     facts = server_facts(url)
     emit(kind="server", server=label, **facts)
     log(f"{label}: PostgreSQL {facts['version']}, jit {facts['jit']}")
-    process, port = start_dashboard(url, src)
-    try:
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
-        for name, page in pages(n).items():
-            row = time_page(conn, page, n, requests)
-            emit(
-                kind="page",
-                server=label,
-                size=n,
-                page=name,
-                url=page,
-                **row,
-                loadavg=os.getloadavg(),
-            )
-            log(f"  {name:<30} p50 {row['p50_ms']:>7} ms  p95 {row['p95_ms']:>7} ms")
-        conn.close()
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
+    for clock in clocks:
+        process, port = start_dashboard(url, src, clock)
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+            for name, page in pages(n).items():
+                row = time_page(conn, page, n, requests)
+                emit(
+                    kind="page",
+                    server=label,
+                    clock=clock,
+                    size=n,
+                    page=name,
+                    url=page,
+                    **row,
+                    loadavg=os.getloadavg(),
+                )
+                log(f"  {clock} {name:<30} p50 {row['p50_ms']:>7} ms  p95 {row['p95_ms']:>7} ms")
+            conn.close()
+        finally:
+            process.terminate()
+            process.wait(timeout=30)
 
 
 def main() -> None:
@@ -207,8 +233,14 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=30, help="per page, after a warm-up")
     parser.add_argument("--url", help="a database already filled by admin.py's fill at --size")
     parser.add_argument("--src", type=Path, default=REPO / "src", help="the tree to serve")
+    parser.add_argument(
+        "--clocks",
+        default="wall,data",
+        help="wall: the command as users run it; data: the same app on the fill's 'now'",
+    )
     add_server_arguments(parser)
     args = parser.parse_args()
+    clocks = args.clocks.split(",")
     emit(
         kind="setup",
         machine=machine(),
@@ -219,12 +251,12 @@ def main() -> None:
         pg_data=str(args.pg_data or ""),
     )
     if args.url:
-        measure(args.url, args.size, args.requests, args.src.resolve(), "--url")
+        measure(args.url, args.size, args.requests, args.src.resolve(), "--url", clocks)
         return
     server = start_server(args)  # durable: synchronous_commit on
     try:
         url = filled_database(server, args.size, args.executions_per)
-        measure(url, args.size, args.requests, args.src.resolve(), args.server)
+        measure(url, args.size, args.requests, args.src.resolve(), args.server, clocks)
     finally:
         server.stop()
 
