@@ -3,9 +3,10 @@
     .venv/bin/python benchmarks/admin.py --sizes 10000,100000,1000000 --executions-per 10
     .venv/bin/python benchmarks/admin.py --server stock   # Debian's PostgreSQL 15, its defaults
 
-For each size a fresh PostgreSQL database (``--server``: the embedded PostgreSQL 18 by default) is filled server-side (``INSERT … SELECT`` over
-``generate_series``; the secondary indexes are dropped for the load and rebuilt after, then
-``VACUUM ANALYZE``): ``size`` workflows of five classes, each with ``--executions-per``
+For each size a fresh PostgreSQL database (``--server``: the embedded PostgreSQL 18 by
+default) is filled server-side (``INSERT … SELECT`` over ``generate_series``; the secondary
+indexes are dropped for the load and rebuilt after, then ``VACUUM ANALYZE``): ``size``
+workflows of five classes, each with ``--executions-per``
 executions. 10,000 are live at every size (5,000 at 10k) — a fifth paused after a failure
 (half RuntimeError, half TimeoutError), two fifths ready with a step scheduled (a third of
 them overdue), a fifth waiting for signal "approved" (half past their deadline), a fifth
