@@ -50,12 +50,14 @@ def workflow_model() -> type[MappedWorkflow]:
     Found through the declarative registry, not imported: ``workflow`` is built on this query
     layer (``create()``, the verbs), so the query layer cannot import it back.
     """
-    found = _workflow_root.get("class") or defined_workflow_model()
+    found = _workflow_root.get("class")
     if found is None:
-        load_workflow_model()  # nothing imported the DSL yet (a script's first query)
         found = defined_workflow_model()
-        assert found is not None, "importing the DSL maps the workflows table"
-    _workflow_root["class"] = found
+        if found is None:
+            load_workflow_model()  # nothing imported the DSL yet (a script's first query)
+            found = defined_workflow_model()
+            assert found is not None, "importing the DSL maps the workflows table"
+        _workflow_root["class"] = found
     return cast("type[MappedWorkflow]", found)
 
 
