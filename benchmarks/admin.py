@@ -1,10 +1,12 @@
 """Admin API cost at scale: list, count, show, stats and a bulk action, from 10k to 1M workflows.
 
     .venv/bin/python benchmarks/admin.py --sizes 10000,100000,1000000 --executions-per 10
+    .venv/bin/python benchmarks/admin.py --server stock   # Debian's PostgreSQL 15, its defaults
 
-For each size a fresh PostgreSQL database is filled server-side (``INSERT … SELECT`` over
-``generate_series``; the secondary indexes are dropped for the load and rebuilt after, then
-``VACUUM ANALYZE``): ``size`` workflows of five classes, each with ``--executions-per``
+For each size a fresh PostgreSQL database (``--server``: the embedded PostgreSQL 18 by
+default) is filled server-side (``INSERT … SELECT`` over ``generate_series``; the secondary
+indexes are dropped for the load and rebuilt after, then ``VACUUM ANALYZE``): ``size``
+workflows of five classes, each with ``--executions-per``
 executions. 10,000 are live at every size (5,000 at 10k) — a fifth paused after a failure
 (half RuntimeError, half TimeoutError), two fifths ready with a step scheduled (a third of
 them overdue), a fifth waiting for signal "approved" (half past their deadline), a fifth
@@ -36,7 +38,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import emit, log, machine, percentile, start_postgres
+from _common import add_server_arguments, emit, log, machine, percentile, start_server
 from sqlalchemy import event
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -351,10 +353,13 @@ def _counter(session: Session, where: WorkflowFilter) -> Callable[[], Any]:
     return lambda: admin.count(session, where)
 
 
-def filled_databases(sizes: str, executions_per: int) -> Iterator[tuple[Any, int]]:
+def filled_databases(
+    sizes: str, executions_per: int, server_args: Any
+) -> Iterator[tuple[Any, int]]:
     """For each of the comma-separated ``sizes``: a fresh database filled with that many
-    workflows on a private PostgreSQL, configured; dropped when the caller moves on."""
-    server = start_postgres("async")
+    workflows on a private PostgreSQL (``--server``), configured; dropped when the caller
+    moves on."""
+    server = start_server(server_args, "async")
     try:
         for n in (int(size) for size in sizes.split(",")):
             name, url = server.create_database()
@@ -375,9 +380,10 @@ def main() -> None:
     parser.add_argument("--sizes", default="10000,100000,1000000")
     parser.add_argument("--executions-per", type=int, default=10)
     parser.add_argument("--repeat", type=int, default=30)
+    add_server_arguments(parser)
     args = parser.parse_args()
-    emit(machine=machine())
-    for engine, n in filled_databases(args.sizes, args.executions_per):
+    emit(machine=machine(), server=args.server)
+    for engine, n in filled_databases(args.sizes, args.executions_per, args):
         measure(engine, n, args.repeat)
 
 

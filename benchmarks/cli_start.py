@@ -2,23 +2,27 @@
 
     .venv/bin/python benchmarks/cli_start.py --runs 15
     .venv/bin/python benchmarks/cli_start.py --src /tmp/old-tree/src   # another tree's code
+    .venv/bin/python benchmarks/cli_start.py --src /tmp/old-tree/src --src src   # alternating
 
 Creates a SQLite file with ``geneva-drive migrate`` and one workflow in it, then runs the
 console script ``--version``, ``list --limit 50``, ``show <id>`` and ``stats`` ``--runs`` times
 each (after one warm-up run of each, so the page cache holds the files) and reports the
-median and the slowest wall time. Then runs each command once under ``python -X importtime``
-and lists the top-level packages that cost the most to import (their modules' own
-times, in ms, and the sum of all) — the
+median and the slowest wall time, and the median CPU time (user + system) of the process.
+Then runs each command once under ``python -X importtime`` and lists the top-level packages
+that cost the most to import (their modules' own times, in ms, and the sum of all) — the
 evidence of what a command loads. JSON lines on stdout; progress on stderr.
 
 ``--src`` puts another tree's ``src`` first on ``PYTHONPATH`` (its code, this venv's
-libraries), for a before/after on the same host.
+libraries), for a before/after on the same host. Given more than once, the trees take turns
+run by run (old, new, old, new, …), so a host whose load moves during the measurement moves
+every tree's numbers alike; each row then names its ``src``.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -61,11 +65,14 @@ with configured(engine=engine), Session(engine) as session, session.begin():
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=15)
-    parser.add_argument("--src", type=Path, default=REPO / "src", help="the tree to measure")
+    parser.add_argument(
+        "--src", type=Path, action="append", help="a tree to measure (repeat: alternate them)"
+    )
     parser.add_argument("--top", type=int, default=8, help="import-time offenders to list")
     args = parser.parse_args()
 
-    env = dict(os.environ, PYTHONPATH=str(args.src.resolve()))
+    trees = [src.resolve() for src in args.src or [REPO / "src"]]
+    env = dict(os.environ, PYTHONPATH=str(trees[0]))
     env.pop("GENEVA_DRIVE_DATABASE_URL", None)
     script = str(Path(sys.executable).parent / "geneva-drive")
     with tempfile.TemporaryDirectory(prefix="gd-cli-start-") as workdir:
@@ -76,28 +83,47 @@ def main() -> None:
             [sys.executable, "-c", SEED, url], env=env, check=True, capture_output=True, text=True
         )
         workflow_id = seeded.stdout.strip()
-        emit(kind="setup", machine=machine(), src=str(args.src), runs=args.runs, url=url)
+        envs = {tree: dict(env, PYTHONPATH=str(tree)) for tree in trees}
+        emit(kind="setup", machine=machine(), src=[str(t) for t in trees], runs=args.runs, url=url)
         for name, argv in COMMANDS.items():
             argv = [workflow_id if a == "1" and name.startswith("show") else a for a in argv]
-            timings = time_command([script, *argv], env=env, runs=args.runs, cwd=workdir)
-            offenders = import_offenders(argv, env=env, cwd=workdir, top=args.top)
-            emit(
-                kind="command",
-                command=name,
-                median_ms=round(statistics.median(timings) * 1000),
-                max_ms=round(max(timings) * 1000),
-                import_top_ms=offenders,
-            )
-            log(f"{name:<18} median {statistics.median(timings) * 1000:6.0f} ms")
+            timings = time_command([script, *argv], envs=envs, runs=args.runs, cwd=workdir)
+            for tree, tree_env in envs.items():
+                offenders = import_offenders(argv, env=tree_env, cwd=workdir, top=args.top)
+                walls = [wall for wall, _ in timings[tree]]
+                cpu_ms = statistics.median(cpu for _, cpu in timings[tree]) * 1000
+                emit(
+                    kind="command",
+                    command=name,
+                    src=str(tree),
+                    median_ms=round(statistics.median(walls) * 1000),
+                    max_ms=round(max(walls) * 1000),
+                    cpu_median_ms=round(cpu_ms),
+                    loadavg=os.getloadavg(),
+                    import_top_ms=offenders,
+                )
+                median_ms = statistics.median(walls) * 1000
+                log(f"{name:<18} median {median_ms:6.0f} ms  CPU {cpu_ms:6.0f} ms  {tree}")
 
 
-def time_command(command: list[str], *, env: dict[str, str], runs: int, cwd: str) -> list[float]:
-    subprocess.run(command, env=env, cwd=cwd, check=True, capture_output=True)  # warm-up
-    timings = []
+def time_command(
+    command: list[str], *, envs: dict[Path, dict[str, str]], runs: int, cwd: str
+) -> dict[Path, list[tuple[float, float]]]:
+    """(wall, CPU) seconds of ``command`` per tree, the trees taking turns run by run. The
+    CPU (user + system of the child) moves less than the wall time when other processes
+    share the cores."""
+    for env in envs.values():
+        subprocess.run(command, env=env, cwd=cwd, check=True, capture_output=True)  # warm-up
+    timings: dict[Path, list[tuple[float, float]]] = {tree: [] for tree in envs}
     for _ in range(runs):
-        started = time.perf_counter()
-        subprocess.run(command, env=env, cwd=cwd, check=True, capture_output=True)
-        timings.append(time.perf_counter() - started)
+        for tree, env in envs.items():
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            started = time.perf_counter()
+            subprocess.run(command, env=env, cwd=cwd, check=True, capture_output=True)
+            wall = time.perf_counter() - started
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+            timings[tree].append((wall, cpu))
     return timings
 
 

@@ -12,10 +12,10 @@ from sqlalchemy.orm import Session
 from geneva_drive.admin.find import WorkflowSummary, summaries
 from geneva_drive.core.errors import AdminInputError, AdminNotFound
 from geneva_drive.core.states import ExecutionState, Outcome
-from geneva_drive.definition.workflow import Workflow
 from geneva_drive.storage import serialization
 from geneva_drive.storage.models import TIMEOUT_FOR
 from geneva_drive.storage.queries import admin as q
+from geneva_drive.storage.queries import defined_workflow_model
 
 PREVIEW = 200  # characters of a signal payload shown in a timeline
 
@@ -130,8 +130,13 @@ def show(session: Session, workflow_id: int, *, max_executions: int = 1000) -> T
 
 
 def _step_names(workflow_type: str) -> tuple[str, ...]:
-    mapper = Workflow.__mapper__.polymorphic_map.get(workflow_type)
-    cls = mapper.class_ if mapper is not None else Workflow
+    """The steps of ``workflow_type``'s class, if this process defines it (none without
+    the DSL imported: ``show`` without ``--app`` reads the rows only)."""
+    root = defined_workflow_model()
+    if root is None:
+        return ()
+    mapper = root.__mapper__.polymorphic_map.get(workflow_type)
+    cls: Any = mapper.class_ if mapper is not None else root
     return tuple(d.name for d in cls.steps if d.name)
 
 

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar, cast
 
-from sqlalchemy.orm import Mapper, Session, object_session
+from sqlalchemy.orm import Mapper, Session, column_property, object_session
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession
@@ -45,12 +45,11 @@ from geneva_drive.storage import queries, serialization
 from geneva_drive.storage.heroes import resolve_hero_class
 from geneva_drive.storage.limits import MAX_WORKFLOW_TYPE, duration_problem
 from geneva_drive.storage.models import (
-    WORKFLOWS,
     Base,
     Signal,
     StepExecution,
     WorkflowColumns,
-    workflow_table_args,
+    workflows_table,
 )
 
 if TYPE_CHECKING:
@@ -99,8 +98,8 @@ def _accept_vanished_identities(base: Mapper[Any]) -> None:
 class Workflow(WorkflowColumns, Base):
     """Base class of all workflows. Subclass it and declare steps with ``@step``."""
 
-    __tablename__ = WORKFLOWS
-    __table_args__ = workflow_table_args()
+    __table__ = workflows_table  # declared in storage, which reads it without this class
+    metadata_json = column_property(workflows_table.c.metadata)
     __mapper_args__ = {  # read by SQLAlchemy; each subclass sets its own identity
         "polymorphic_on": "type",
         "polymorphic_identity": "Workflow",

@@ -8,6 +8,7 @@ the settings it installs are plain data (``core.settings``).
 from __future__ import annotations
 
 import contextlib
+import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import replace
@@ -15,7 +16,6 @@ from typing import Any
 
 from geneva_drive.core.errors import StepConfigurationError
 from geneva_drive.core.settings import Settings, install, settings
-from geneva_drive.definition.workflow import check_registered_job_options
 from geneva_drive.runtime.backends.database import DatabaseBackend
 from geneva_drive.storage.db import prepare_engine
 
@@ -42,9 +42,18 @@ def configure(**changes: Any) -> Settings:
         candidate = replace(settings(), **changes)
         if candidate.backend is None:
             candidate = replace(candidate, backend=DatabaseBackend())
-        check_registered_job_options(candidate.backend)  # before anything changes
+        _check_defined_classes(candidate.backend)  # before anything changes
         install(candidate)
         return candidate
+
+
+def _check_defined_classes(backend: Any) -> None:
+    """Refuse misspelt job options in every workflow class defined so far. A class is defined
+    by subclassing ``Workflow``, so a process that never imported the DSL (a CLI command that
+    only reads the tables) has none, and does not import it to find that out (issue 42)."""
+    dsl = sys.modules.get("geneva_drive.definition.workflow")
+    if dsl is not None:
+        dsl.check_registered_job_options(backend)
 
 
 @contextlib.contextmanager

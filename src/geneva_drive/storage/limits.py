@@ -15,7 +15,7 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, String
 
-from geneva_drive.storage.models import Signal, StepExecution, WorkflowColumns
+from geneva_drive.storage.models import Signal, StepExecution, workflows_table
 
 
 def column_length(column: ColumnElement[Any]) -> int:
@@ -25,18 +25,17 @@ def column_length(column: ColumnElement[Any]) -> int:
     return column.type.length
 
 
-# ``WorkflowColumns`` is the unmapped mixin (``Workflow`` maps it), hence ``.column``.
-_workflows = WorkflowColumns
+_workflows = workflows_table.c
 _executions = StepExecution.__table__.c
 
-MAX_WORKFLOW_TYPE = column_length(_workflows.type.column)
-MAX_HERO_TYPE = column_length(_workflows.hero_type.column)
-MAX_HERO_ID = column_length(_workflows.hero_id.column)
+MAX_WORKFLOW_TYPE = column_length(_workflows.type)
+MAX_HERO_TYPE = column_length(_workflows.hero_type)
+MAX_HERO_ID = column_length(_workflows.hero_id)
 # A step's name is stored in the execution and as the workflow's current/next step.
 MAX_STEP_NAME = min(
     column_length(_executions.step_name),
-    column_length(_workflows.current_step_name.column),
-    column_length(_workflows.next_step_name.column),
+    column_length(_workflows.current_step_name),
+    column_length(_workflows.next_step_name),
 )
 MAX_QUEUE = column_length(_executions.queue)
 # A signal's name is stored in the signal row and as what a parked execution awaits.

@@ -3,7 +3,7 @@
 Our tables live in their own ``MetaData`` (``Base.metadata``) so they never mix with the
 application's models, and the schema is created by the shipped Alembic migrations
 (``geneva_drive.install``). ``Workflow`` itself — the polymorphic root that user classes
-subclass — is mapped in ``workflow.py`` on top of :class:`WorkflowColumns`.
+subclass — is mapped in ``definition/workflow.py`` onto :data:`workflows_table`, declared here.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from sqlalchemy import (
     JSON,
     BigInteger,
     Boolean,
+    Column,
     DateTime,
     Dialect,
     ForeignKey,
@@ -56,7 +57,7 @@ PARTIAL_INDEX_DIALECTS = ("postgresql", "sqlite")
 # a binary collation compares strings exactly, as PostgreSQL and SQLite do (idempotency keys,
 # step names and hero ids differing only in case are different).
 # (SQLAlchemy's MariaDB dialect reads the mariadb_ spelling, its MySQL dialect the mysql_ one.)
-MYSQL_TABLE_OPTIONS = {
+MYSQL_TABLE_OPTIONS: dict[str, Any] = {
     f"{prefix}_{option}": value
     for prefix in MYSQL_DIALECTS
     for option, value in (("charset", "utf8mb4"), ("collate", "utf8mb4_bin"))
@@ -117,7 +118,7 @@ class Base(DeclarativeBase):
     type_annotation_map = {datetime: UTCDateTime(), dict[str, Any]: Json}
 
 
-def workflow_table_args() -> tuple[Any, ...]:
+def _workflow_indexes() -> tuple[Index, ...]:
     ongoing = "state NOT IN ('finished', 'canceled') AND allow_multiple = false"
     return (
         # The admin list: by class, newest first (keyset on created_at, id); also the claim's
@@ -149,7 +150,6 @@ def workflow_table_args() -> tuple[Any, ...]:
             ),
             PARTIAL_INDEX_DIALECTS,
         ),
-        MYSQL_TABLE_OPTIONS,
     )
 
 
@@ -246,28 +246,56 @@ class Timestamps:
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=_now, onupdate=_now)
 
 
-class WorkflowColumns(Timestamps):
-    """Columns of ``geneva_drive_workflows``; ``workflow.Workflow`` maps them.
+# The workflows table, declared here with the other tables rather than by ``Workflow`` (the
+# DSL, ``definition.workflow``), which maps onto it: a query that only reads it — ``list``,
+# ``show``, ``stats``, the dashboard — needs neither the DSL nor what it imports (issue 42).
+workflows_table = Table(
+    WORKFLOWS,
+    Base.metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("type", String(255), nullable=False),
+    Column("hero_type", String(255)),
+    Column("hero_id", String(255)),
+    Column(
+        "state",
+        String(32),
+        nullable=False,
+        default=WorkflowState.READY,
+        server_default=WorkflowState.READY,
+    ),
+    Column("current_step_name", String(255)),
+    Column("next_step_name", String(255)),
+    Column("allow_multiple", Boolean, nullable=False, default=False, server_default=text("false")),
+    Column("started_at", UTCDateTime()),
+    Column("transitioned_at", UTCDateTime()),
+    Column("metadata", Json),
+    # From the configured clock, as ``Timestamps``' (the column order create_all() had when
+    # ``Workflow`` declared the table on its mixins: theirs last).
+    Column("created_at", UTCDateTime(), nullable=False, default=_now),
+    Column("updated_at", UTCDateTime(), nullable=False, default=_now, onupdate=_now),
+    *_workflow_indexes(),
+    **MYSQL_TABLE_OPTIONS,
+)
 
-    The table name and indexes are declared on ``Workflow`` itself: declared on a mixin, every
-    subclass would try to map a table of its own instead of sharing the single table.
-    """
 
-    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
-    type: Mapped[str] = mapped_column(String(255))
-    hero_type: Mapped[str | None] = mapped_column(String(255))
-    hero_id: Mapped[str | None] = mapped_column(String(255))
-    state: Mapped[str] = mapped_column(
-        String(32), default=WorkflowState.READY, server_default=WorkflowState.READY
-    )
-    current_step_name: Mapped[str | None] = mapped_column(String(255))
-    next_step_name: Mapped[str | None] = mapped_column(String(255))
-    allow_multiple: Mapped[bool] = mapped_column(
-        Boolean, default=False, server_default=text("false")
-    )
-    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
-    transitioned_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
-    metadata_json: Mapped[dict[str, Any] | None] = mapped_column("metadata", Json)
+class WorkflowColumns:
+    """Columns of :data:`workflows_table` as ``Workflow`` maps them (annotations only: the
+    table is declared above; ``metadata`` is mapped as ``metadata_json``, ``metadata`` being
+    the declarative base's own attribute)."""
+
+    id: Mapped[int]
+    type: Mapped[str]
+    hero_type: Mapped[str | None]
+    hero_id: Mapped[str | None]
+    state: Mapped[str]
+    current_step_name: Mapped[str | None]
+    next_step_name: Mapped[str | None]
+    allow_multiple: Mapped[bool]
+    started_at: Mapped[datetime | None]
+    transitioned_at: Mapped[datetime | None]
+    metadata_json: Mapped[dict[str, Any] | None]
+    created_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
 
 
 if TYPE_CHECKING:

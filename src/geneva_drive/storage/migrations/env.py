@@ -21,7 +21,6 @@ from typing import Any
 from alembic import context
 from sqlalchemy import Connection, make_url
 
-import geneva_drive.definition.workflow  # noqa: F401  (registers geneva_drive_workflows on Base.metadata)
 from geneva_drive.storage.migrate import VERSION_TABLE, compare_server_default, comparison_filter
 from geneva_drive.storage.models import Base
 

@@ -25,7 +25,7 @@ recovery taking the execution from a run waits for it, a deadlock the database s
 
 from __future__ import annotations
 
-from geneva_drive.storage.queries._sql import is_transient
+from geneva_drive.storage.queries._sql import defined_workflow_model, is_transient
 from geneva_drive.storage.queries.bypass import (
     lock_execution,
     lock_workflow,
@@ -94,6 +94,7 @@ __all__ = [
     "complete_in_one_statement",
     "consecutive_reattempt_count",
     "current_execution",
+    "defined_workflow_model",
     "delete_executions_of_old_workflows",
     "delete_old_workflows",
     "delete_signals_of_old_workflows",

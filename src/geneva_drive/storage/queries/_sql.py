@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 
 from geneva_drive.core.ports import load_workflow_model
 from geneva_drive.core.states import ExecutionState
-from geneva_drive.storage.models import WORKFLOWS, Base
+from geneva_drive.storage.models import Base, workflows_table
 
 if TYPE_CHECKING:
     from geneva_drive.storage.models import MappedWorkflow, WorkflowColumns
@@ -52,15 +52,26 @@ def workflow_model() -> type[MappedWorkflow]:
     """
     found = _workflow_root.get("class")
     if found is None:
-        if WORKFLOWS not in Base.metadata.tables:
+        found = defined_workflow_model()
+        if found is None:
             load_workflow_model()  # nothing imported the DSL yet (a script's first query)
-        found = next(
-            mapper.class_
-            for mapper in Base.registry.mappers
-            if mapper.local_table is Base.metadata.tables[WORKFLOWS] and mapper.inherits is None
-        )
+            found = defined_workflow_model()
+            assert found is not None, "importing the DSL maps the workflows table"
         _workflow_root["class"] = found
     return cast("type[MappedWorkflow]", found)
+
+
+def defined_workflow_model() -> type[MappedWorkflow] | None:
+    """``workflow_model()`` if the DSL is imported, else None — then no workflow class is
+    defined in this process either (a query that only reads the table needs neither)."""
+    return next(
+        (
+            cast("type[MappedWorkflow]", mapper.class_)
+            for mapper in Base.registry.mappers
+            if mapper.local_table is workflows_table and mapper.inherits is None
+        ),
+        None,
+    )
 
 
 _workflow_root: dict[str, type[Any]] = {}

@@ -36,8 +36,8 @@ from sqlalchemy import (
 from sqlalchemy.orm import Session, aliased
 
 from geneva_drive.core.states import ExecutionState, WorkflowState
-from geneva_drive.storage.models import OperatorAction, Signal, StepExecution
-from geneva_drive.storage.queries._sql import in_state, workflow_model
+from geneva_drive.storage.models import OperatorAction, Signal, StepExecution, workflows_table
+from geneva_drive.storage.queries._sql import in_state
 from geneva_drive.storage.queries.bypass import write_through
 
 WORKFLOW_COLUMNS = (
@@ -75,10 +75,6 @@ class Selection:
 
 
 ANY_SIGNAL = "*"  # Selection(awaiting_signal="*"): waiting for any signal
-
-
-def _table() -> Any:
-    return workflow_model().__table__
 
 
 def _one_or_many(column: Any, value: str | tuple[str, ...]) -> Any:
@@ -152,7 +148,7 @@ def _driver(where: Selection) -> tuple[Any, Selection] | None:
 
 def conditions(where: Selection) -> list[Any]:
     """The WHERE clauses of ``where`` over the workflows table."""
-    t = _table()
+    t = workflows_table
     clauses: list[Any] = []
     if where.workflow_type is not None:
         clauses.append(_one_or_many(t.c.type, where.workflow_type))
@@ -211,7 +207,7 @@ def workflow_page(
     page is read straight off the index from the cursor on, however deep it is. A filter on
     waiting or failed rows starts from those instead (``_driven_page``).
     """
-    t = _table()
+    t = workflows_table
     cols = [t.c[name] for name in WORKFLOW_COLUMNS]
     driver = _driver(where)
     if driver is not None:
@@ -249,7 +245,7 @@ def _driven_keys(ids: Any, rest: Selection, keyset: list[Any]) -> Any:
     candidates are not made DISTINCT here: SQLite then read them off the (workflow_id, state)
     index, in id order, instead of the partial one; the caller dedupes the keys.
     """
-    t = _table()
+    t = workflows_table
     candidates = ids.subquery("candidates")
     created = (
         select(t.c.created_at)
@@ -277,7 +273,7 @@ def _driven_page(
     after: tuple[datetime, int] | None,
 ) -> Sequence[Any]:
     """The page of ``workflow_page`` among the candidates ``ids``: sorted, then joined."""
-    t = _table()
+    t = workflows_table
     keys = _driven_keys(ids, rest, _keyset(t, newest_first, after))
     by = (
         (keys.c.created_at.desc(), keys.c.id.desc())
@@ -301,7 +297,7 @@ def _driven_page(
 
 def capped_count(session: Session, where: Selection, cap: int) -> int:
     """How many workflows match, counting no further than ``cap + 1``."""
-    t = _table()
+    t = workflows_table
     driver = _driver(where)
     if driver is not None and not conditions(driver[1]):
         # Nothing else to test: every candidate is a workflow (the foreign key), no probes.
@@ -351,7 +347,7 @@ def last_errors_of(session: Session, workflow_ids: Sequence[int]) -> dict[int, s
 
 
 def workflow_row(session: Session, workflow_id: int) -> Any:
-    t = _table()
+    t = workflows_table
     columns = (*(t.c[name] for name in WORKFLOW_COLUMNS), t.c.metadata)
     return session.execute(select(*columns).where(t.c.id == workflow_id)).first()
 
@@ -425,7 +421,7 @@ def overdue_by_queue(session: Session, now: datetime) -> Sequence[Any]:
     row (a correlated NOT EXISTS), never a join the planner could turn into a scan of every
     workflow when its generic plan overestimates the overdue rows.
     """
-    wf = _table()
+    wf = workflows_table
     paused = exists().where(wf.c.id == StepExecution.workflow_id, _workflow_in(wf, _PAUSED))
     stmt = (
         select(StepExecution.queue, func.count(), func.min(StepExecution.scheduled_for))
@@ -459,7 +455,7 @@ def workflow_counts(session: Session, ended_since: datetime) -> Sequence[Any]:
     Both halves are ranges of ``(state, transitioned_at)``: the ongoing states a prefix, the
     ended ones bounded by time; the cost follows the work in flight and the last hour.
     """
-    wf = _table()
+    wf = workflows_table
     columns = (wf.c.type, wf.c.state, func.count())
     ongoing = select(*columns).where(_workflow_in(wf, _ONGOING)).group_by(wf.c.type, wf.c.state)
     ended = (
@@ -501,7 +497,7 @@ def recent_outcomes(session: Session, since: datetime, edges: Sequence[datetime]
     joined instead, a generic plan that overestimates the hour's rows hashed every workflow
     of the table.
     """
-    wf = _table()
+    wf = workflows_table
     type_ = select(wf.c.type).where(wf.c.id == StepExecution.workflow_id).scalar_subquery()
     # Literal bucket numbers: bound ones would leave PostgreSQL guessing the CASE's type.
     bucket = case(
