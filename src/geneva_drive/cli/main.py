@@ -45,7 +45,15 @@ from geneva_drive.cli.options import (
     load_app,
     setup_logging,
 )
-from geneva_drive.cli.values import as_usage_error, queue_names, seconds, split_queues, whole
+from geneva_drive.cli.values import (
+    as_usage_error,
+    queue_names,
+    seconds,
+    split_queues,
+    whole,
+)
+from geneva_drive.cli.values import log_format as log_format_value
+from geneva_drive.cli.values import log_level as log_level_value
 from geneva_drive.core.errors import GenevaDriveError, StepConfigurationError
 from geneva_drive.runtime.worker_options import DEFAULT_WAIT_SECONDS, WorkerOptionError
 
@@ -138,6 +146,22 @@ def worker(
         ),
     ] = None,
     wait_for_database: WaitForDatabase = DEFAULT_WAIT_SECONDS,
+    log_format: Annotated[
+        str,
+        typer.Option(
+            callback=log_format_value,
+            metavar="text|json",
+            help="text, or json: one object per line, with the workflow and step as fields.",
+        ),
+    ] = "text",
+    log_level: Annotated[
+        str,
+        typer.Option(
+            callback=log_level_value,
+            metavar="LEVEL",
+            help="Log records from this level up: DEBUG, INFO, WARNING, ERROR or CRITICAL.",
+        ),
+    ] = "INFO",
 ) -> None:
     """Run steps from the database until SIGINT/SIGTERM (a second signal exits at once).
 
@@ -146,7 +170,14 @@ def worker(
     """
     from geneva_drive.runtime.worker import Worker
 
-    config = load_app(database_url, app_module, worker=True, worker_threads=concurrency)
+    config = load_app(
+        database_url,
+        app_module,
+        worker=True,
+        worker_threads=concurrency,
+        log_format=log_format,
+        log_level=log_level,
+    )
     try:
         running = Worker(
             config=config,

@@ -91,13 +91,24 @@ class instrument:  # lower case: it is used as the function it replaced, in ``wi
 
 
 class ContextAdapter(logging.LoggerAdapter[logging.Logger]):
-    """Prefixes messages with the workflow/execution and attaches it as ``record.geneva_drive``."""
+    """Prefixes messages with the workflow/execution and attaches it as ``record.geneva_drive``.
+
+    ``fields={...}`` on a call adds fields to that record's ``geneva_drive`` only (a state
+    change's ``transition`` and ``reason``), which the JSON log format writes as fields.
+    """
 
     def process(self, msg: Any, kwargs: MutableMapping[str, Any]) -> tuple[Any, Any]:
         context = dict(self.extra or {})
-        prefix = " ".join(f"{k}={v}" for k, v in context.items() if v is not None)
+        text = context_message(msg, context)
+        context.update(kwargs.pop("fields", None) or {})
         kwargs.setdefault("extra", {})["geneva_drive"] = context
-        return f"[{prefix}] {msg}", kwargs
+        return text, kwargs
+
+
+def context_message(msg: Any, context: dict[str, Any]) -> str:
+    """``msg`` with the same ``[key=value ...]`` prefix :class:`ContextAdapter` writes."""
+    prefix = " ".join(f"{k}={v}" for k, v in context.items() if v is not None)
+    return f"[{prefix}] {msg}"
 
 
 def workflow_context(workflow: WorkflowRow) -> dict[str, Any]:

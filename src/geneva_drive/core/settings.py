@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session
 
 from geneva_drive.core.clock import Clock, SystemClock
 from geneva_drive.core.errors import StepConfigurationError
+from geneva_drive.core.events import context_message
 
 if TYPE_CHECKING:
     from geneva_drive.core.ports import Backend
@@ -42,8 +43,15 @@ def _positive_int(value: object) -> bool:
 
 
 def _log_reporter(error: BaseException, context: dict[str, Any]) -> None:
+    # The context as the message's prefix too, as every other record about a step has it,
+    # under the same names (reporters are given the execution as ``step_execution_id``).
+    fields = {k: v for k, v in context.items() if k != "step_execution_id"}
+    fields.setdefault("execution_id", context.get("step_execution_id"))
     logging.getLogger("geneva_drive.errors").error(
-        "step error reported: %r", error, exc_info=error, extra={"geneva_drive": context}
+        context_message("step error reported: %r", fields),
+        error,
+        exc_info=error,
+        extra={"geneva_drive": fields},
     )
 
 
