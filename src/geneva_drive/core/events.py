@@ -2,8 +2,14 @@
 
 Events: ``precondition``, ``step`` and ``finalize`` (payloads as in the gem: ``execution_id``,
 ``workflow_id``, ``workflow_class``, ``step_name``, ``resumable`` for resumable steps, plus an
-``outcome`` / state). Subscribers are plain callables ``fn(name, payload)``; a subscriber that
-raises is logged and ignored — instrumentation must never change what a workflow does.
+``outcome`` / state; ``step`` also has ``queue``, ``due_at`` and ``started_at``), ``gauge`` and
+``housekeeping`` (``runtime.housekeeping``), ``claim`` (a claim query found a row),
+``recovery`` (``workflow_class``, ``step_name``, ``reason``: ``lease_expired``,
+``stuck_in_progress``, ``stuck_scheduled`` or ``other``), ``signal`` (``workflow_class``,
+``duplicate``) and ``timeout`` (``workflow_class``, ``step_name``, ``on_timeout``).
+Subscribers are plain callables ``fn(name, payload)``; a subscriber that raises is logged and
+ignored — instrumentation must never change what a workflow does. With no subscriber an event
+costs one dictionary look-up: a caller that builds a payload only for it asks :func:`active`.
 """
 
 from __future__ import annotations
@@ -36,7 +42,17 @@ class ExecutionRow(Protocol):
 
 
 Subscriber = Callable[[str, dict[str, Any]], None]
-EVENTS = ("precondition", "step", "finalize", "gauge", "housekeeping")
+EVENTS = (
+    "precondition",
+    "step",
+    "finalize",
+    "gauge",
+    "housekeeping",
+    "claim",
+    "recovery",
+    "signal",
+    "timeout",
+)
 
 _subscribers: dict[str, list[Subscriber]] = {}
 _lock = threading.Lock()
@@ -56,6 +72,11 @@ def subscribe(name: str, fn: Subscriber) -> Callable[[], None]:
                 _subscribers[name].remove(fn)
 
     return unsubscribe
+
+
+def active(name: str) -> bool:
+    """Whether anything listens to ``name`` (build a payload only then)."""
+    return bool(_subscribers.get(name) or _subscribers.get("*"))
 
 
 def emit(name: str, payload: dict[str, Any]) -> None:

@@ -40,6 +40,9 @@ def execution_payload(workflow: Workflow, execution: StepExecution) -> dict[str,
         "workflow_id": workflow.id,
         "workflow_class": type(workflow).__name__,
         "step_name": execution.step_name,
+        "queue": execution.queue,
+        "due_at": execution.scheduled_for,  # with started_at: the queue lag
+        "started_at": execution.started_at,
     }
     step_def = type(workflow).steps.named(execution.step_name)
     if step_def is not None and step_def.resumable:
@@ -138,8 +141,12 @@ def claim(
 ) -> tuple[int, int] | None:
     now = config.clock.now()
     if claim_id is None:
-        return queries.claim_due_execution(session, now, scope)
-    return queries.claim_execution(session, claim_id, now, scope)
+        claimed = queries.claim_due_execution(session, now, scope)
+    else:
+        claimed = queries.claim_execution(session, claim_id, now, scope)
+    if claimed is not None and events.active("claim"):
+        events.emit("claim", {})
+    return claimed
 
 
 def _prepare(

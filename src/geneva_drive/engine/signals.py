@@ -29,7 +29,7 @@ from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from geneva_drive.core import text
+from geneva_drive.core import events, text
 from geneva_drive.core.errors import (
     SerializationError,
     SignalPayloadTooLargeError,
@@ -89,6 +89,22 @@ def deliver_signal(
     that raises (a matcher raising, say) rolls back this delivery only — it runs in a
     savepoint — so the caller's transaction stays usable and the call can simply be retried.
     """
+    signal = _deliver(workflow, name, payload, idempotency_key, allow_unknown)
+    if events.active("signal"):
+        events.emit(
+            "signal",
+            {"workflow_class": type(workflow).__name__, "duplicate": signal.duplicate_delivery},
+        )
+    return signal
+
+
+def _deliver(
+    workflow: Workflow,
+    name: str,
+    payload: Any,
+    idempotency_key: str | None,
+    allow_unknown: bool,
+) -> Signal:
     label = _label(workflow)
     session = workflow.session
     key, encoded = _checked(label, name, payload, idempotency_key, session)
@@ -490,11 +506,14 @@ def fire_timeout(session: Session, workflow: Workflow, timer: StepExecution, now
         },
     )
     session.flush()
-    workflow.logger.info(
-        "step %r timed out waiting for %r after %s; on_timeout=%r",
-        parked.step_name,
-        step_def.signal_matcher if step_def is not None else "a signal",
-        waited,
-        action,
-    )
+    # Logged by the writer (engine.state_log), with what follows.
     writer.apply(session, workflow, parked, outcomes.for_timed_out_wait(action), now)
+    if events.active("timeout"):
+        events.emit(
+            "timeout",
+            {
+                "workflow_class": type(workflow).__name__,
+                "step_name": parked.step_name,
+                "on_timeout": action,
+            },
+        )

@@ -74,7 +74,9 @@ def _message(
             "deploy it and resume(), or resume_at() another step"
         )
     if why == "timed_out":
-        return f"wait for signal {execution.awaiting_signal!r} timed out; {result}"
+        waited = (execution.read_metadata("timed_out") or {}).get("after_seconds")
+        after = f" after {waited:g} s" if waited is not None else ""
+        return f"wait for signal {execution.awaiting_signal!r} timed out{after}; {result}"
     if why == "flow_control":
         return f"{result} by the step itself"
     if why == "cancel_condition":
