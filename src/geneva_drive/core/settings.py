@@ -71,8 +71,18 @@ class Settings:
     max_signal_payload_size: int | None = 128 * 1024
     waiting_visibility_threshold: timedelta | None = timedelta(days=7)
     logger: logging.Logger = field(default_factory=lambda: logging.getLogger("geneva_drive"))
+    # OpenTelemetry spans of steps (engine.tracing): True uses the application's global tracer
+    # provider when it has configured one; False turns them off; a TracerProvider uses that.
+    tracing: Any = True
 
     def __post_init__(self) -> None:
+        if not isinstance(self.tracing, bool) and not callable(
+            getattr(self.tracing, "get_tracer", None)
+        ):
+            raise StepConfigurationError(
+                f"configure(tracing={self.tracing!r}): expected True, False or an OpenTelemetry "
+                "TracerProvider, e.g. configure(tracing=False) to turn step spans off"
+            )
         if self.stuck_recovery_action not in _STUCK_ACTIONS:
             raise StepConfigurationError(
                 f"configure(stuck_recovery_action={self.stuck_recovery_action!r}): expected one "

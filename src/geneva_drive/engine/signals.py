@@ -44,7 +44,7 @@ from geneva_drive.core.states import (
     WorkflowState,
 )
 from geneva_drive.definition.matchers import SignalMatcher, unknown_signal
-from geneva_drive.engine import outcomes, writer
+from geneva_drive.engine import outcomes, tracing, writer
 from geneva_drive.engine.wakeups import (
     enqueue_after_commit,
     enqueued_step,
@@ -113,7 +113,9 @@ def _deliver(
         if unknown is not None:
             raise UnknownSignal(unknown)
     queries.coordination.take_write_lock(session)  # SQLite: before any read
-    fast = _deliver_in_one_statement(workflow, name, key, encoded)
+    traceparent = tracing.current_traceparent(settings_of(session))
+    # The one statement writes no trace context: with one to keep, the ORM path delivers.
+    fast = _deliver_in_one_statement(workflow, name, key, encoded) if not traceparent else None
     if fast is not None:
         return fast
     # The lock (which also reloads the row) serialises us with the gate, the executor and
@@ -138,6 +140,7 @@ def _deliver(
             claimed=0,
             consumed=0,
             payload_json=encoded,
+            trace_context=traceparent,
         )
         if key is None:
             # No idempotency key, no dedup conflict possible (NULL keys never collide): the

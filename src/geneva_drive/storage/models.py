@@ -75,6 +75,8 @@ def only_on(index: Index, dialects: tuple[str, ...]) -> Index:
 
 
 TIMEOUT_FOR = "timeout_for"  # on a timer row: the id of the parked execution it times out
+# A W3C traceparent is 55 characters ("00-<trace id>-<span id>-<flags>"); room for a version 01.
+TRACE_CONTEXT_SIZE = 128
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -268,6 +270,9 @@ class WorkflowColumns(Timestamps):
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     transitioned_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     metadata_json: Mapped[dict[str, Any] | None] = mapped_column("metadata", Json)
+    # The W3C traceparent active at create() (OpenTelemetry): the steps' spans continue it.
+    # Last, where migration 0010 added it.
+    trace_context: Mapped[str | None] = mapped_column(String(TRACE_CONTEXT_SIZE), sort_order=100)
 
 
 if TYPE_CHECKING:
@@ -463,6 +468,8 @@ class Signal(Timestamps, Base):
     consumed_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     claimed: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
     consumed: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
+    # The W3C traceparent active at signal(): the woken step's span links to it.
+    trace_context: Mapped[str | None] = mapped_column(String(TRACE_CONTEXT_SIZE), sort_order=100)
 
     __table_args__ = (
         Index(
