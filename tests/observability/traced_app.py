@@ -1,4 +1,4 @@
-"""Workflows for the tracing tests; run by `geneva-drive worker --app
+"""Workflows for the tracing and log tests; run by `geneva-drive worker --app
 tests.observability.traced_app`, where (with GD_TEST_SPANS set) it sets up the OpenTelemetry
 SDK with an exporter writing each finished span as a JSON line to that file."""
 
@@ -21,6 +21,16 @@ class TracedOrder(Workflow):
     @step(wait_for="shipped")
     def notify(self) -> None:
         pass
+
+
+class LoggedFailure(Workflow):
+    """Fails at once: the exception policy pauses it (the JSON log test)."""
+
+    may_proceed_without_hero = True
+
+    @step
+    def charge(self) -> None:
+        raise RuntimeError("card declined")
 
 
 def span_line(span) -> dict:
