@@ -93,6 +93,9 @@ class Metrics:
         )
         if running is not None:
             self.in_flight.set_function(lambda: len(running.ids()))
+        # Each step's children by label values: labels() takes a lock and checks its arguments,
+        # most of what a step's metrics cost; the label sets are few (bounded by the code).
+        self._children: dict[tuple[str, ...], tuple[Any, Any, Any]] = {}
 
     def __call__(self, name: str, payload: dict[str, Any]) -> None:
         handler = self._handlers.get(name)
@@ -100,13 +103,26 @@ class Metrics:
             handler(self, payload)
 
     def _step(self, payload: dict[str, Any]) -> None:
-        workflow, step = payload["workflow_class"], payload["step_name"]
-        self.steps.labels(workflow, step, payload.get("outcome", "unknown")).inc()
-        self.duration.labels(workflow, step).observe(payload["duration"])
+        key = (
+            payload["workflow_class"],
+            payload["step_name"],
+            payload.get("outcome", "unknown"),
+            payload.get("queue") or "default",
+        )
+        children = self._children.get(key)
+        if children is None:
+            workflow, step, outcome, queue = key
+            children = self._children[key] = (
+                self.steps.labels(workflow, step, outcome),
+                self.duration.labels(workflow, step),
+                self.lag.labels(workflow, queue),
+            )
+        steps, duration, lag = children
+        steps.inc()
+        duration.observe(payload["duration"])
         due, started = payload.get("due_at"), payload.get("started_at")
         if isinstance(due, datetime) and isinstance(started, datetime):
-            lag = max(0.0, (started - due).total_seconds())
-            self.lag.labels(workflow, payload.get("queue") or "default").observe(lag)
+            lag.observe(max(0.0, (started - due).total_seconds()))
 
     def _claim(self, _payload: dict[str, Any]) -> None:
         self.claims.inc()
