@@ -40,10 +40,11 @@ def execution_payload(workflow: Workflow, execution: StepExecution) -> dict[str,
         "workflow_id": workflow.id,
         "workflow_class": type(workflow).__name__,
         "step_name": execution.step_name,
-        "queue": execution.queue,
-        "due_at": execution.scheduled_for,  # with started_at: the queue lag
-        "started_at": execution.started_at,
     }
+    if events.active("step"):  # for the metrics' queue lag; read only when someone listens
+        payload["queue"] = execution.queue
+        payload["due_at"] = execution.scheduled_for
+        payload["started_at"] = execution.started_at
     step_def = type(workflow).steps.named(execution.step_name)
     if step_def is not None and step_def.resumable:
         payload["resumable"] = True

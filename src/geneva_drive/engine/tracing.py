@@ -7,14 +7,15 @@ row (``storage.models``); a step's span is parented by its workflow's stored con
 request that started a workflow and its steps days later are one trace, and links to the
 context of the signal that woke it.
 
-Off — ``configure(tracing=False)``, no ``opentelemetry`` package, or no provider configured
-(the API's default proxy) — every function here returns at its first check: no span, no
-context read, nothing stored.
+Off — ``configure(tracing=False)``, ``opentelemetry`` not imported by the application, or no
+provider configured (the API's default proxy) — every function here returns at its first
+check: no span, no context read, nothing stored, and ``opentelemetry`` is never imported.
 """
 
 from __future__ import annotations
 
 import contextlib
+import sys
 from contextlib import AbstractContextManager
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
 
 TRACER_NAME = "geneva_drive"
 _OFF: AbstractContextManager[None] = contextlib.nullcontext()
-_api: ModuleType | bool | None = False  # opentelemetry.trace once looked for; None: absent
+_api: ModuleType | None = None  # opentelemetry.trace, once the application has imported it
 _no_sdk: tuple[type, ...] = ()  # the API's own providers, which make no spans
 # The tracer of the provider last asked: the SDK builds a new one on every get_tracer()
 # (a tenth of a millisecond), and a process has one provider.
@@ -34,18 +35,20 @@ _cached: tuple[Any, Any] = (None, None)
 
 
 def _trace_api() -> ModuleType | None:
-    """``opentelemetry.trace``, imported once (an optional extra: None when not installed)."""
-    global _api
-    if _api is False:
-        global _no_sdk
-        try:
-            from opentelemetry import trace
-        except ImportError:
-            _api = None
-        else:
-            _api = trace
-            _no_sdk = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
-    return _api if isinstance(_api, ModuleType) else None
+    """``opentelemetry.trace`` if the application has imported it, else None.
+
+    Never imported here: an application that configured a tracer provider has imported it
+    (so has ``opentelemetry-instrument``), and one that did not would pay for the import —
+    tens of milliseconds — for spans nobody records.
+    """
+    global _api, _no_sdk
+    if isinstance(_api, ModuleType):
+        return _api
+    trace = sys.modules.get("opentelemetry.trace")
+    if trace is None:
+        return None
+    _api, _no_sdk = trace, (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
+    return trace
 
 
 def _tracer(config: Settings) -> Any:
@@ -121,7 +124,7 @@ class _StepSpan:
             "geneva_drive.workflow.id": identity["workflow_id"],
             "geneva_drive.execution.id": identity["execution_id"],
             "geneva_drive.step": identity["step_name"],
-            "geneva_drive.queue": identity.get("queue") or "default",
+            "geneva_drive.queue": execution.queue or "default",
             "geneva_drive.hero.type": workflow.hero_type or "",
             "geneva_drive.hero.id": workflow.hero_id or "",
         }
