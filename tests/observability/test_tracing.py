@@ -14,7 +14,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 from sqlalchemy.orm import Session
 
-from geneva_drive import Workflow, step
+from geneva_drive import Workflow, immediate_transactions, step
 from geneva_drive.runtime.configure import configure, configured
 from geneva_drive.testing import perform_next_step, speedrun
 from tests.observability.traced_app import TracedOrder
@@ -145,7 +145,10 @@ def test_steps_run_by_a_worker_process_continue_the_creating_trace_and_link_the_
             session.commit()
         workers.start("--app", "tests.observability.traced_app")
         wait_until(lambda: bool(_worker_spans(span_file)), "the first step's span", workers)
-        with tracer.start_as_current_span("POST /webhooks/shipped"), Session(db) as session:
+        # A webhook that reads, then signals, while a worker writes: on SQLite its transaction
+        # must begin with the write lock (see geneva_drive.immediate_transactions).
+        webhook_db = immediate_transactions(db)
+        with tracer.start_as_current_span("POST /webhooks/shipped"), Session(webhook_db) as session:
             session.get(TracedOrder, wf_id).signal("shipped")
             session.commit()
     wait_until(lambda: workflow_states(db, [wf_id])["finished"] == 1, "the workflow", workers)
