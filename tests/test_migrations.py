@@ -469,3 +469,26 @@ def test_0009_leads_the_hero_index_with_the_hero_id_and_its_downgrade_restores_t
     assert columns() == ["hero_type", "hero_id"]
     migrate.install(empty_engine)
     assert _schema_diff(empty_engine) == []
+
+
+def test_0010_adds_a_nullable_trace_context_to_workflows_and_signals_and_its_downgrade_drops_it(
+    empty_engine: sa.Engine,
+):
+    tables = ("geneva_drive_workflows", "geneva_drive_signals")
+
+    def trace_columns() -> list[bool]:
+        inspector = sa.inspect(empty_engine)
+        return [
+            c["nullable"]
+            for table in tables
+            for c in inspector.get_columns(table)
+            if c["name"] == "trace_context"
+        ]
+
+    migrate.upgrade(empty_engine, "0009")
+    assert trace_columns() == []
+    migrate.install(empty_engine)
+    assert trace_columns() == [True, True]
+    assert _schema_diff(empty_engine) == []
+    _downgrade(empty_engine, "0009")
+    assert trace_columns() == []

@@ -45,7 +45,15 @@ from geneva_drive.cli.options import (
     load_app,
     setup_logging,
 )
-from geneva_drive.cli.values import as_usage_error, queue_names, seconds, split_queues, whole
+from geneva_drive.cli.values import (
+    as_usage_error,
+    queue_names,
+    seconds,
+    split_queues,
+    whole,
+)
+from geneva_drive.cli.values import log_format as log_format_value
+from geneva_drive.cli.values import log_level as log_level_value
 from geneva_drive.core.errors import AsyncDriverMissing, GenevaDriveError, StepConfigurationError
 from geneva_drive.runtime.worker_options import DEFAULT_WAIT_SECONDS, WorkerOptionError
 
@@ -146,6 +154,33 @@ def worker(
             "async step run there; sync ones keep the threads).",
         ),
     ] = 100,
+    log_format: Annotated[
+        str,
+        typer.Option(
+            callback=log_format_value,
+            metavar="text|json",
+            help="text, or json: one object per line, with the workflow and step as fields.",
+        ),
+    ] = "text",
+    log_level: Annotated[
+        str,
+        typer.Option(
+            callback=log_level_value,
+            metavar="LEVEL",
+            help="Log records from this level up: DEBUG, INFO, WARNING, ERROR or CRITICAL.",
+        ),
+    ] = "INFO",
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            callback=whole(minimum=1, maximum=65535, example="9464"),
+            help="Serve Prometheus metrics on http://ADDR:PORT/metrics (needs the metrics "
+            "extra). Default: off.",
+        ),
+    ] = None,
+    metrics_addr: Annotated[
+        str, typer.Option(help="The address --metrics-port listens on.")
+    ] = "127.0.0.1",
 ) -> None:
     """Run steps from the database until SIGINT/SIGTERM (a second signal exits at once).
 
@@ -154,7 +189,16 @@ def worker(
     """
     from geneva_drive.runtime.worker import Worker
 
-    config = load_app(database_url, app_module, worker=True, worker_threads=concurrency)
+    # Before anything connects: a port in use is a usage error, found at once.
+    metrics = None if metrics_port is None else serve_metrics(metrics_port, metrics_addr)
+    config = load_app(
+        database_url,
+        app_module,
+        worker=True,
+        worker_threads=concurrency,
+        log_format=log_format,
+        log_level=log_level,
+    )
     try:
         running = Worker(
             config=config,
@@ -170,9 +214,30 @@ def worker(
         )
     except WorkerOptionError as error:  # options that are wrong together (heartbeat vs lease)
         raise as_usage_error(error) from error
+    if metrics is not None:
+        metrics.install(running=running.running)
     running.run()  # checks the database and the loaded classes first
     if running.abandoned:
         raise typer.Exit(1)  # steps were cut off; their leases were released for recovery
+
+
+def serve_metrics(port: int, addr: str) -> Any:
+    """Serve /metrics on ``addr:port``; returns ``runtime.metrics`` to install the collectors."""
+    metrics = import_extra(
+        "geneva_drive.runtime.metrics",
+        needs="Prometheus metrics",
+        extra="metrics",
+        provides=("prometheus_client",),
+    )
+    try:
+        metrics.serve(port, addr)
+    except OSError as error:
+        raise typer.BadParameter(
+            f"cannot serve metrics on {addr}:{port}: {error.strerror or error}; pick a free "
+            "port (or stop what listens there)",
+            param_hint="'--metrics-port'",
+        ) from error
+    return metrics
 
 
 @app.command()

@@ -11,7 +11,6 @@ when it runs, through :func:`import_extra`.
 from __future__ import annotations
 
 import importlib
-import logging
 import os
 import sys
 from types import ModuleType
@@ -173,9 +172,10 @@ def _import_failed(spec: str, error: Exception) -> AppImportError:
     )
 
 
-def setup_logging() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    logging.getLogger("alembic").setLevel(logging.WARNING)  # the startup revision check
+def setup_logging(log_format: str = "text", log_level: str = "INFO") -> None:
+    from geneva_drive.runtime.logs import setup
+
+    setup(log_format, log_level)
 
 
 def load_app(
@@ -184,12 +184,14 @@ def load_app(
     *,
     worker: bool = False,
     worker_threads: int | None = None,
+    log_format: str = "text",
+    log_level: str = "INFO",
 ) -> Settings:
     """The prelude of every long-running command: logging, the app's workflows, the engine
     (for a worker: sized for its threads, see :func:`engine`)."""
     from geneva_drive.runtime.configure import configure
 
-    setup_logging()
+    setup_logging(log_format, log_level)
     for spec in modules or []:
         import_app(spec)
     return configure(engine=engine(database_url, worker=worker, worker_threads=worker_threads))

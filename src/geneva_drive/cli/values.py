@@ -68,6 +68,30 @@ def queue_names(value: str | None) -> str | None:
     return value
 
 
+def log_format(value: str) -> str:
+    """``--log-format``: ``text`` or ``json``."""
+    from geneva_drive.runtime.logs import FORMATS
+
+    if value not in FORMATS:
+        raise typer.BadParameter(
+            f"{value!r} is not a log format; expected one of {', '.join(sorted(FORMATS))}, "
+            "e.g. --log-format json"
+        )
+    return value
+
+
+def log_level(value: str) -> str:
+    """``--log-level``: a standard level name, in any case."""
+    from geneva_drive.runtime.logs import LEVELS
+
+    if value.upper() not in LEVELS:
+        raise typer.BadParameter(
+            f"{value!r} is not a log level; expected one of {', '.join(LEVELS)}, "
+            "e.g. --log-level WARNING"
+        )
+    return value.upper()
+
+
 def split_queues(value: str | None) -> list[str] | None:
     return None if value is None else [name.strip() for name in value.split(",")]
 

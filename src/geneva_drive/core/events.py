@@ -2,8 +2,14 @@
 
 Events: ``precondition``, ``step`` and ``finalize`` (payloads as in the gem: ``execution_id``,
 ``workflow_id``, ``workflow_class``, ``step_name``, ``resumable`` for resumable steps, plus an
-``outcome`` / state). Subscribers are plain callables ``fn(name, payload)``; a subscriber that
-raises is logged and ignored — instrumentation must never change what a workflow does.
+``outcome`` / state; ``step`` also has ``queue``, ``due_at`` and ``started_at``), ``gauge`` and
+``housekeeping`` (``runtime.housekeeping``), ``claim`` (a claim query found a row),
+``recovery`` (``workflow_class``, ``step_name``, ``reason``: ``lease_expired``,
+``stuck_in_progress``, ``stuck_scheduled`` or ``other``), ``signal`` (``workflow_class``,
+``duplicate``) and ``timeout`` (``workflow_class``, ``step_name``, ``on_timeout``).
+Subscribers are plain callables ``fn(name, payload)``; a subscriber that raises is logged and
+ignored — instrumentation must never change what a workflow does. With no subscriber an event
+costs one dictionary look-up: a caller that builds a payload only for it asks :func:`active`.
 """
 
 from __future__ import annotations
@@ -36,7 +42,17 @@ class ExecutionRow(Protocol):
 
 
 Subscriber = Callable[[str, dict[str, Any]], None]
-EVENTS = ("precondition", "step", "finalize", "gauge", "housekeeping")
+EVENTS = (
+    "precondition",
+    "step",
+    "finalize",
+    "gauge",
+    "housekeeping",
+    "claim",
+    "recovery",
+    "signal",
+    "timeout",
+)
 
 _subscribers: dict[str, list[Subscriber]] = {}
 _lock = threading.Lock()
@@ -56,6 +72,11 @@ def subscribe(name: str, fn: Subscriber) -> Callable[[], None]:
                 _subscribers[name].remove(fn)
 
     return unsubscribe
+
+
+def active(name: str) -> bool:
+    """Whether anything listens to ``name`` (build a payload only then)."""
+    return bool(_subscribers.get(name) or _subscribers.get("*"))
 
 
 def emit(name: str, payload: dict[str, Any]) -> None:
@@ -91,13 +112,24 @@ class instrument:  # lower case: it is used as the function it replaced, in ``wi
 
 
 class ContextAdapter(logging.LoggerAdapter[logging.Logger]):
-    """Prefixes messages with the workflow/execution and attaches it as ``record.geneva_drive``."""
+    """Prefixes messages with the workflow/execution and attaches it as ``record.geneva_drive``.
+
+    ``fields={...}`` on a call adds fields to that record's ``geneva_drive`` only (a state
+    change's ``transition`` and ``reason``), which the JSON log format writes as fields.
+    """
 
     def process(self, msg: Any, kwargs: MutableMapping[str, Any]) -> tuple[Any, Any]:
         context = dict(self.extra or {})
-        prefix = " ".join(f"{k}={v}" for k, v in context.items() if v is not None)
+        text = context_message(msg, context)
+        context.update(kwargs.pop("fields", None) or {})
         kwargs.setdefault("extra", {})["geneva_drive"] = context
-        return f"[{prefix}] {msg}", kwargs
+        return text, kwargs
+
+
+def context_message(msg: Any, context: dict[str, Any]) -> str:
+    """``msg`` with the same ``[key=value ...]`` prefix :class:`ContextAdapter` writes."""
+    prefix = " ".join(f"{k}={v}" for k, v in context.items() if v is not None)
+    return f"[{prefix}] {msg}"
 
 
 def workflow_context(workflow: WorkflowRow) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session
 
 from geneva_drive.core.clock import Clock, SystemClock
 from geneva_drive.core.errors import StepConfigurationError
+from geneva_drive.core.events import context_message
 
 if TYPE_CHECKING:
     from geneva_drive.core.ports import Backend
@@ -42,8 +43,15 @@ def _positive_int(value: object) -> bool:
 
 
 def _log_reporter(error: BaseException, context: dict[str, Any]) -> None:
+    # The context as the message's prefix too, as every other record about a step has it,
+    # under the same names (reporters are given the execution as ``step_execution_id``).
+    fields = {k: v for k, v in context.items() if k != "step_execution_id"}
+    fields.setdefault("execution_id", context.get("step_execution_id"))
     logging.getLogger("geneva_drive.errors").error(
-        "step error reported: %r", error, exc_info=error, extra={"geneva_drive": context}
+        context_message("step error reported: %r", fields),
+        error,
+        exc_info=error,
+        extra={"geneva_drive": fields},
     )
 
 
@@ -63,8 +71,18 @@ class Settings:
     max_signal_payload_size: int | None = 128 * 1024
     waiting_visibility_threshold: timedelta | None = timedelta(days=7)
     logger: logging.Logger = field(default_factory=lambda: logging.getLogger("geneva_drive"))
+    # OpenTelemetry spans of steps (engine.tracing): True uses the application's global tracer
+    # provider when it has configured one; False turns them off; a TracerProvider uses that.
+    tracing: Any = True
 
     def __post_init__(self) -> None:
+        if not isinstance(self.tracing, bool) and not callable(
+            getattr(self.tracing, "get_tracer", None)
+        ):
+            raise StepConfigurationError(
+                f"configure(tracing={self.tracing!r}): expected True, False or an OpenTelemetry "
+                "TracerProvider, e.g. configure(tracing=False) to turn step spans off"
+            )
         if self.stuck_recovery_action not in _STUCK_ACTIONS:
             raise StepConfigurationError(
                 f"configure(stuck_recovery_action={self.stuck_recovery_action!r}): expected one "

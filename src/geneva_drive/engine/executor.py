@@ -27,7 +27,7 @@ from geneva_drive.core import events, text
 from geneva_drive.core.awaiting import settle
 from geneva_drive.core.settings import Settings, settings
 from geneva_drive.definition.flow import Action, FlowControl
-from geneva_drive.engine import chaining, unit_of_work
+from geneva_drive.engine import chaining, tracing, unit_of_work
 from geneva_drive.engine.body_results import Completed, Failed, Interrupted
 from geneva_drive.engine.finalize import Result, finalize
 from geneva_drive.engine.iteration import run_resumable
@@ -158,7 +158,7 @@ def _perform(session: Session, prepared: Prepared, options: RunOptions, config: 
             workflow.__dict__.pop("_gd_hero", None)
 
     def body() -> Result:
-        with events.instrument("step", payload):
+        with events.instrument("step", payload), tracing.step_span(prepared, config, payload):
             try:
                 if step_def.resumable:
                     outcome: Result = run_resumable(

@@ -16,7 +16,7 @@ from geneva_drive.core.errors import (
 )
 from geneva_drive.core.settings import settings_of
 from geneva_drive.core.states import ExecutionState, WorkflowState
-from geneva_drive.engine import outcomes, scheduling, signals, writer
+from geneva_drive.engine import outcomes, scheduling, signals, state_log, writer
 from geneva_drive.engine.wakeups import enqueue_after_commit, enqueued_step
 from geneva_drive.storage import queries
 from geneva_drive.storage.models import StepExecution
@@ -61,6 +61,7 @@ def cancel_workflow(workflow: Workflow) -> None:
         writer.apply(session, workflow, current, plan, now, guarded=False)
     else:
         writer.move(workflow, WorkflowState.CANCELED, now, guarded=False)
+        state_log.by_operator(workflow, WorkflowState.CANCELED)
     session.flush()
 
 
@@ -70,6 +71,7 @@ def pause_workflow(workflow: Workflow) -> None:
     if workflow.state not in (WorkflowState.READY, WorkflowState.PERFORMING):
         raise _refuse(workflow, "pause", "ready or performing")
     writer.move(workflow, WorkflowState.PAUSED, settings_of(session).clock.now(), guarded=False)
+    state_log.by_operator(workflow, WorkflowState.PAUSED)
     session.flush()
 
 

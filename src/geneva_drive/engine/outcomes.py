@@ -59,6 +59,9 @@ class Plan:
 
     ``workflow``: the workflow's new state, or None to leave it as it is. ``reason``: why a
     reattempt happened (``flow_control`` reattempts are not counted against the cap).
+    ``why``: the reason an operator is told when the plan pauses or cancels the workflow, or
+    times out a wait (``policy``, ``reattempt_cap``, ``flow_control``, ``missing_code``,
+    ``timed_out``, ``operator``, ``cancel_condition``; see ``engine.state_log``).
     """
 
     state: ExecutionState
@@ -71,6 +74,7 @@ class Plan:
     settle: Settle = Settle.KEEP
     error: ErrorRecord = ErrorRecord.NONE
     reason: str | None = None
+    why: str | None = None
 
 
 _STAMPS = {
@@ -151,12 +155,15 @@ def for_flow_control(
     action: Action, *, resumable: bool, wait: timedelta | None = None, rewind: bool = False
 ) -> Plan:
     """``self.cancel()``, ``self.pause()``, ``self.reattempt()``… called inside the body."""
+    why = "flow_control"
     if action is Action.CANCEL:
-        return Plan(ExecutionState.CANCELED, Outcome.CANCELED, WorkflowState.CANCELED)
+        return Plan(ExecutionState.CANCELED, Outcome.CANCELED, WorkflowState.CANCELED, why=why)
     if action is Action.PAUSE:
         if resumable:  # the marker ``resume()`` continues from
-            return Plan(ExecutionState.COMPLETED, Outcome.WORKFLOW_PAUSED, WorkflowState.PAUSED)
-        return Plan(ExecutionState.CANCELED, Outcome.CANCELED, WorkflowState.PAUSED)
+            return Plan(
+                ExecutionState.COMPLETED, Outcome.WORKFLOW_PAUSED, WorkflowState.PAUSED, why=why
+            )
+        return Plan(ExecutionState.CANCELED, Outcome.CANCELED, WorkflowState.PAUSED, why=why)
     if action is Action.REATTEMPT:
         return _reattempt(resumable, wait, reason="flow_control", rewind=rewind)
     if action is Action.SKIP:
@@ -166,12 +173,21 @@ def for_flow_control(
     return for_interruption(wait)  # Action.SUSPEND
 
 
-def for_error(action: Action, *, resumable: bool, wait: timedelta | None, reason: str) -> Plan:
+def for_error(
+    action: Action,
+    *,
+    resumable: bool,
+    wait: timedelta | None,
+    reason: str,
+    at_cap: bool = False,
+) -> Plan:
     """An exception, from the body or from phase 1, after the exception policies decided.
 
     ``reason`` is ``exception_policy`` for the body and ``precondition`` for phase 1; both are
-    counted against the reattempt cap alike, and resolved alike.
+    counted against the reattempt cap alike, and resolved alike. ``at_cap``: the action is the
+    terminal one a reattempt turned into at the cap (told to the operator as such).
     """
+    why = "reattempt_cap" if at_cap else "policy"
     if action is Action.REATTEMPT:
         return _reattempt(resumable, wait, reason=reason, error=ErrorRecord.METADATA)
     if action is Action.CANCEL:
@@ -180,13 +196,18 @@ def for_error(action: Action, *, resumable: bool, wait: timedelta | None, reason
             Outcome.CANCELED,
             WorkflowState.CANCELED,
             error=ErrorRecord.COLUMNS,
+            why=why,
         )
     if action is Action.SKIP:
-        return replace(_skip(), error=ErrorRecord.METADATA)
+        return replace(_skip(), error=ErrorRecord.METADATA, why=why if at_cap else None)
     if action is Action.FINISH:
-        return replace(_finish(), error=ErrorRecord.METADATA)
+        return replace(_finish(), error=ErrorRecord.METADATA, why=why if at_cap else None)
     return Plan(
-        ExecutionState.FAILED, Outcome.FAILED, WorkflowState.PAUSED, error=ErrorRecord.COLUMNS
+        ExecutionState.FAILED,
+        Outcome.FAILED,
+        WorkflowState.PAUSED,
+        error=ErrorRecord.COLUMNS,
+        why=why,
     )
 
 
@@ -274,7 +295,11 @@ def for_missing_hero() -> Plan:
 def for_undefined_step() -> Plan:
     """The deployed code has no such step: fail and pause, for a fix and ``resume_at()``."""
     return Plan(
-        ExecutionState.FAILED, Outcome.FAILED, WorkflowState.PAUSED, error=ErrorRecord.COLUMNS
+        ExecutionState.FAILED,
+        Outcome.FAILED,
+        WorkflowState.PAUSED,
+        error=ErrorRecord.COLUMNS,
+        why="missing_code",
     )
 
 
@@ -284,7 +309,9 @@ def for_removed_step() -> Plan:
 
 
 def for_cancel_condition() -> Plan:
-    return Plan(ExecutionState.CANCELED, Outcome.CANCELED, WorkflowState.CANCELED)
+    return Plan(
+        ExecutionState.CANCELED, Outcome.CANCELED, WorkflowState.CANCELED, why="cancel_condition"
+    )
 
 
 def for_skip_condition() -> Plan:
@@ -309,14 +336,22 @@ def for_timed_out_wait(on_timeout: str) -> Plan:
 
     ``on_timeout`` is ``skip``, ``cancel``, ``pause`` or the name of the step to go to.
     """
+    why = "timed_out"
     if on_timeout == "cancel":
-        return Plan(ExecutionState.CANCELED, Outcome.TIMED_OUT, WorkflowState.CANCELED)
+        return Plan(ExecutionState.CANCELED, Outcome.TIMED_OUT, WorkflowState.CANCELED, why=why)
     if on_timeout == "pause":  # resume() waits for the signal again
-        return Plan(ExecutionState.CANCELED, Outcome.TIMED_OUT, WorkflowState.PAUSED)
+        return Plan(ExecutionState.CANCELED, Outcome.TIMED_OUT, WorkflowState.PAUSED, why=why)
     if on_timeout == "skip":
-        return Plan(ExecutionState.SKIPPED, Outcome.TIMED_OUT, WorkflowState.READY, Next.FOLLOWING)
+        return Plan(
+            ExecutionState.SKIPPED, Outcome.TIMED_OUT, WorkflowState.READY, Next.FOLLOWING, why=why
+        )
     return Plan(
-        ExecutionState.SKIPPED, Outcome.TIMED_OUT, WorkflowState.READY, Next.GOTO, goto=on_timeout
+        ExecutionState.SKIPPED,
+        Outcome.TIMED_OUT,
+        WorkflowState.READY,
+        Next.GOTO,
+        goto=on_timeout,
+        why=why,
     )
 
 
@@ -324,7 +359,7 @@ def for_timed_out_wait(on_timeout: str) -> Plan:
 
 
 def for_operator_cancel() -> Plan:
-    return Plan(ExecutionState.CANCELED, Outcome.CANCELED, WorkflowState.CANCELED)
+    return Plan(ExecutionState.CANCELED, Outcome.CANCELED, WorkflowState.CANCELED, why="operator")
 
 
 def for_operator_skip() -> Plan:

@@ -42,6 +42,10 @@ def execution_payload(workflow: Workflow, execution: StepExecution) -> dict[str,
         "workflow_class": type(workflow).__name__,
         "step_name": execution.step_name,
     }
+    if events.active("step"):  # for the metrics' queue lag; read only when someone listens
+        payload["queue"] = execution.queue
+        payload["due_at"] = execution.scheduled_for
+        payload["started_at"] = execution.started_at
     step_def = type(workflow).steps.named(execution.step_name)
     if step_def is not None and step_def.resumable:
         payload["resumable"] = True
@@ -139,8 +143,12 @@ def claim(
 ) -> tuple[int, int] | None:
     now = config.clock.now()
     if claim_id is None:
-        return queries.claim_due_execution(session, now, scope)
-    return queries.claim_execution(session, claim_id, now, scope)
+        claimed = queries.claim_due_execution(session, now, scope)
+    else:
+        claimed = queries.claim_execution(session, claim_id, now, scope)
+    if claimed is not None and events.active("claim"):
+        events.emit("claim", {})
+    return claimed
 
 
 def _prepare(

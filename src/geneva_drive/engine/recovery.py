@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("geneva_drive.housekeeping")
 
 RECOVERY_ACTIONS = ("reattempt", "cancel")
+# The reasons the sweeps recover for (a transient error's hand-back has its message instead).
+RECOVERY_REASONS = ("lease_expired", "stuck_in_progress", "stuck_scheduled")
 
 
 def recover_execution(
@@ -95,6 +97,15 @@ def recover_execution(
     now = settings_of(session).clock.now()
     writer.apply(session, workflow, execution, plan, now, guarded=False)
     session.flush()
+    if events.active("recovery"):
+        events.emit(
+            "recovery",
+            {
+                "workflow_class": type(workflow).__name__,
+                "step_name": execution.step_name,
+                "reason": reason if reason in RECOVERY_REASONS else "other",
+            },
+        )
     return True
 
 

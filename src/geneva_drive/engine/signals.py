@@ -29,7 +29,7 @@ from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from geneva_drive.core import text
+from geneva_drive.core import events, text
 from geneva_drive.core.awaiting import settle
 from geneva_drive.core.errors import (
     SerializationError,
@@ -45,7 +45,7 @@ from geneva_drive.core.states import (
     WorkflowState,
 )
 from geneva_drive.definition.matchers import SignalMatcher, unknown_signal
-from geneva_drive.engine import outcomes, writer
+from geneva_drive.engine import outcomes, tracing, writer
 from geneva_drive.engine.wakeups import (
     enqueue_after_commit,
     enqueued_step,
@@ -90,6 +90,22 @@ def deliver_signal(
     that raises (a matcher raising, say) rolls back this delivery only — it runs in a
     savepoint — so the caller's transaction stays usable and the call can simply be retried.
     """
+    signal = _deliver(workflow, name, payload, idempotency_key, allow_unknown)
+    if events.active("signal"):
+        events.emit(
+            "signal",
+            {"workflow_class": type(workflow).__name__, "duplicate": signal.duplicate_delivery},
+        )
+    return signal
+
+
+def _deliver(
+    workflow: Workflow,
+    name: str,
+    payload: Any,
+    idempotency_key: str | None,
+    allow_unknown: bool,
+) -> Signal:
     label = _label(workflow)
     session = workflow.session
     key, encoded = _checked(label, name, payload, idempotency_key, session)
@@ -98,7 +114,9 @@ def deliver_signal(
         if unknown is not None:
             raise UnknownSignal(unknown)
     queries.coordination.take_write_lock(session)  # SQLite: before any read
-    fast = _deliver_in_one_statement(workflow, name, key, encoded)
+    traceparent = tracing.current_traceparent(settings_of(session))
+    # The one statement writes no trace context: with one to keep, the ORM path delivers.
+    fast = _deliver_in_one_statement(workflow, name, key, encoded) if not traceparent else None
     if fast is not None:
         return fast
     # The lock (which also reloads the row) serialises us with the gate, the executor and
@@ -123,6 +141,7 @@ def deliver_signal(
             claimed=0,
             consumed=0,
             payload_json=encoded,
+            trace_context=traceparent,
         )
         if key is None:
             # No idempotency key, no dedup conflict possible (NULL keys never collide): the
@@ -491,11 +510,14 @@ def fire_timeout(session: Session, workflow: Workflow, timer: StepExecution, now
         },
     )
     session.flush()
-    workflow.logger.info(
-        "step %r timed out waiting for %r after %s; on_timeout=%r",
-        parked.step_name,
-        step_def.signal_matcher if step_def is not None else "a signal",
-        waited,
-        action,
-    )
+    # Logged by the writer (engine.state_log), with what follows.
     writer.apply(session, workflow, parked, outcomes.for_timed_out_wait(action), now)
+    if events.active("timeout"):
+        events.emit(
+            "timeout",
+            {
+                "workflow_class": type(workflow).__name__,
+                "step_name": parked.step_name,
+                "on_timeout": action,
+            },
+        )

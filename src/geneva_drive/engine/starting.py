@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -38,7 +38,7 @@ from geneva_drive.core.states import ExecutionState, WorkflowState
 from geneva_drive.definition.job_options import checked_step_job_options
 from geneva_drive.definition.ports import StartResult
 from geneva_drive.definition.workflow import Workflow, check_job_options
-from geneva_drive.engine import writer
+from geneva_drive.engine import tracing, writer
 from geneva_drive.engine.outcomes import moved_columns
 from geneva_drive.engine.wakeups import enqueue_after_commit, note_woken, wake_for_start
 from geneva_drive.storage import queries, serialization
@@ -192,7 +192,11 @@ def _planned(
         else None
     )
     now = config.clock.now()
-    return plan_start(cls, now, allow_multiple=allow_multiple, step_job_options=options), now
+    start = plan_start(cls, now, allow_multiple=allow_multiple, step_job_options=options)
+    traceparent = tracing.current_traceparent(config)
+    if traceparent is not None:  # the trace the workflow's steps continue
+        start = replace(start, workflow={**start.workflow, "trace_context": traceparent})
+    return start, now
 
 
 def _check_creatable(cls: type[Workflow], session: Session) -> None:

@@ -45,8 +45,9 @@ def error_plan(
     """The exception policies' decision on ``error``, as a plan; the one path for every error."""
     decision = _decide(session, workflow, execution, step_def, error, config)
     resumable = step_def is not None and step_def.resumable
+    at_cap = decision.terminal and decision.problem is None  # (a misconfigured policy's too)
     return outcomes.for_error(
-        decision.action, resumable=resumable, wait=decision.wait, reason=reason
+        decision.action, resumable=resumable, wait=decision.wait, reason=reason, at_cap=at_cap
     )
 
 
@@ -69,7 +70,8 @@ def _decide(
     if decision.should_report:
         context = {
             **events.workflow_context(workflow),
-            "step_execution_id": execution.id,
+            "execution_id": execution.id,  # as in every log record about a step
+            "step_execution_id": execution.id,  # the name reporters were first given
             "step_name": execution.step_name,
             "action": str(decision.action),
             "terminal": decision.terminal,

@@ -33,7 +33,7 @@ from geneva_drive.core.states import (
     check_step_transition,
     check_workflow_transition,
 )
-from geneva_drive.engine import scheduling
+from geneva_drive.engine import scheduling, state_log
 from geneva_drive.engine.outcomes import (
     ErrorRecord,
     Next,
@@ -194,6 +194,7 @@ def apply(
     The workflow row lock is held by the caller. The execution ends first and is flushed
     before anything new is inserted, so the one-active index always admits the next row.
     """
+    was = workflow.state
     if execution.state == ExecutionState.WAITING:
         cancel_timeout(session, execution, now)  # its timer goes with it
     end(execution, plan, now, error=error)
@@ -203,6 +204,7 @@ def apply(
         settle_signal_for_skipped(session, execution)
     if plan.workflow is not None:
         move(workflow, plan.workflow, now, guarded=guarded)
+    state_log.planned(workflow, execution, plan, was, error)
     workflow.current_step_name = None
     if plan.next is Next.NOTHING:
         return None

@@ -76,6 +76,8 @@ def only_on(index: Index, dialects: tuple[str, ...]) -> Index:
 
 
 TIMEOUT_FOR = "timeout_for"  # on a timer row: the id of the parked execution it times out
+# A W3C traceparent is 55 characters ("00-<trace id>-<span id>-<flags>"); room for a version 01.
+TRACE_CONTEXT_SIZE = 128
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -273,6 +275,9 @@ workflows_table = Table(
     # ``Workflow`` declared the table on its mixins: theirs last).
     Column("created_at", UTCDateTime(), nullable=False, default=_now),
     Column("updated_at", UTCDateTime(), nullable=False, default=_now, onupdate=_now),
+    # The W3C traceparent active at create() (OpenTelemetry): the steps' spans continue it.
+    # Last, where migration 0010 added it.
+    Column("trace_context", String(TRACE_CONTEXT_SIZE)),
     *_workflow_indexes(),
     **MYSQL_TABLE_OPTIONS,
 )
@@ -296,6 +301,7 @@ class WorkflowColumns:
     metadata_json: Mapped[dict[str, Any] | None]
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
+    trace_context: Mapped[str | None]
 
 
 if TYPE_CHECKING:
@@ -491,6 +497,8 @@ class Signal(Timestamps, Base):
     consumed_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     claimed: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
     consumed: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
+    # The W3C traceparent active at signal(): the woken step's span links to it.
+    trace_context: Mapped[str | None] = mapped_column(String(TRACE_CONTEXT_SIZE), sort_order=100)
 
     __table_args__ = (
         Index(

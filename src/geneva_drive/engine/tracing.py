@@ -1,0 +1,156 @@
+"""OpenTelemetry spans of step executions, and the trace context kept across days.
+
+With ``opentelemetry-api`` installed (extra ``otel``) and a tracer provider configured by the
+application, each step execution is a span ``geneva_drive.step <Class>.<step>``. ``create()``
+stores the W3C traceparent active when it runs on the workflow row, ``signal()`` on the signal
+row (``storage.models``); a step's span is parented by its workflow's stored context, so the
+request that started a workflow and its steps days later are one trace, and links to the
+context of the signal that woke it.
+
+Off — ``configure(tracing=False)``, ``opentelemetry`` not imported by the application, or no
+provider configured (the API's default proxy) — every function here returns at its first
+check: no span, no context read, nothing stored, and ``opentelemetry`` is never imported.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from contextlib import AbstractContextManager
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+from geneva_drive.core.settings import Settings
+
+if TYPE_CHECKING:
+    from geneva_drive.engine.prepare import Prepared
+
+TRACER_NAME = "geneva_drive"
+_OFF: AbstractContextManager[None] = contextlib.nullcontext()
+_api: ModuleType | None = None  # opentelemetry.trace, once the application has imported it
+_no_sdk: tuple[type, ...] = ()  # the API's own providers, which make no spans
+# The tracer of the provider last asked: the SDK builds a new one on every get_tracer()
+# (a tenth of a millisecond), and a process has one provider.
+_cached: tuple[Any, Any] = (None, None)
+
+
+def _trace_api() -> ModuleType | None:
+    """``opentelemetry.trace`` if the application has imported it, else None.
+
+    Never imported here: an application that configured a tracer provider has imported it
+    (so has ``opentelemetry-instrument``), and one that did not would pay for the import —
+    tens of milliseconds — for spans nobody records.
+    """
+    global _api, _no_sdk
+    if isinstance(_api, ModuleType):
+        return _api
+    trace = sys.modules.get("opentelemetry.trace")
+    if trace is None:
+        return None
+    _api, _no_sdk = trace, (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
+    return trace
+
+
+def _tracer(config: Settings) -> Any:
+    """The tracer to use, or None when tracing is off (see the module's docstring)."""
+    if config.tracing is False:
+        return None
+    api = _trace_api()
+    if api is None:
+        return None
+    global _cached
+    provider = api.get_tracer_provider() if config.tracing is True else config.tracing
+    if isinstance(provider, _no_sdk):
+        return None  # the application configured no SDK: spans would be dropped anyway
+    if _cached[0] is not provider:
+        _cached = (provider, provider.get_tracer(TRACER_NAME))
+    return _cached[1]
+
+
+def current_traceparent(config: Settings) -> str | None:
+    """The W3C traceparent of the span active now, to store with a workflow or a signal."""
+    if _tracer(config) is None:
+        return None
+    api = _trace_api()
+    assert api is not None
+    context = api.get_current_span().get_span_context()
+    if not context.is_valid:
+        return None
+    return f"00-{context.trace_id:032x}-{context.span_id:016x}-{int(context.trace_flags):02x}"
+
+
+def _span_context(api: ModuleType, traceparent: str | None) -> Any:
+    """The remote span context a stored traceparent stands for, or None if it is malformed."""
+    parts = (traceparent or "").split("-")
+    if len(parts) != 4:
+        return None
+    try:
+        trace_id, span_id, flags = int(parts[1], 16), int(parts[2], 16), int(parts[3], 16)
+    except ValueError:
+        return None
+    context = api.SpanContext(trace_id, span_id, True, api.TraceFlags(flags))
+    return context if context.is_valid else None
+
+
+def step_span(
+    prepared: Prepared, config: Settings, payload: dict[str, Any]
+) -> AbstractContextManager[None]:
+    """The span of one step execution's body; ``payload`` (the ``step`` event's) gives its
+    outcome and exception when the body ends. A shared no-op when tracing is off."""
+    tracer = _tracer(config)
+    if tracer is None:
+        return _OFF
+    return _StepSpan(tracer, prepared, payload)
+
+
+class _StepSpan:
+    def __init__(self, tracer: Any, prepared: Prepared, payload: dict[str, Any]) -> None:
+        self.tracer, self.prepared, self.payload = tracer, prepared, payload
+        self.token: Any = None
+        self.span: Any = None
+
+    def __enter__(self) -> None:
+        from opentelemetry import context as context_api
+
+        api = _trace_api()
+        assert api is not None
+        workflow, execution = self.prepared.workflow, self.prepared.execution
+        identity = self.prepared.identity
+        parent = _span_context(api, workflow.trace_context)
+        signal = self.prepared.signal
+        linked = _span_context(api, signal.trace_context) if signal is not None else None
+        attributes = {
+            "geneva_drive.workflow.class": identity["workflow_class"],
+            "geneva_drive.workflow.id": identity["workflow_id"],
+            "geneva_drive.execution.id": identity["execution_id"],
+            "geneva_drive.step": identity["step_name"],
+            "geneva_drive.queue": execution.queue or "default",
+            "geneva_drive.hero.type": workflow.hero_type or "",
+            "geneva_drive.hero.id": workflow.hero_id or "",
+        }
+        if execution.signal_id is not None:
+            attributes["geneva_drive.signal.id"] = execution.signal_id
+        # start_span and attach rather than start_as_current_span, a generator-based context
+        # manager that costs about as much again.
+        self.span = self.tracer.start_span(
+            f"geneva_drive.step {identity['workflow_class']}.{identity['step_name']}",
+            context=api.set_span_in_context(api.NonRecordingSpan(parent)) if parent else None,
+            links=[api.Link(linked, {"geneva_drive.link": "signal"})] if linked else None,
+            attributes=attributes,
+            record_exception=False,
+            set_status_on_exception=False,
+        )
+        self.token = context_api.attach(api.set_span_in_context(self.span))
+
+    def __exit__(self, *exc: Any) -> None:
+        from opentelemetry import context as context_api
+
+        api = _trace_api()
+        assert api is not None
+        self.span.set_attribute("geneva_drive.outcome", str(self.payload.get("outcome", "")))
+        error = self.payload.get("exception")
+        if isinstance(error, BaseException):
+            self.span.record_exception(error)
+            self.span.set_status(api.Status(api.StatusCode.ERROR, type(error).__name__))
+        context_api.detach(self.token)
+        self.span.end()
