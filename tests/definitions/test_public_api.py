@@ -19,6 +19,7 @@ EXPECTED_PUBLIC_NAMES = [
     "InvalidStateError",
     "InvalidStateTransition",
     "Outcome",
+    "Schedule",
     "SerializationError",
     "Settings",
     "Signal",

@@ -40,6 +40,7 @@ from geneva_drive.definition.flow import Action, FlowControl
 from geneva_drive.definition.job_options import checked_step_job_options, job_option_problem
 from geneva_drive.definition.policy import ExceptionPolicy
 from geneva_drive.definition.ports import StartResult, verbs
+from geneva_drive.definition.schedule import Schedule
 from geneva_drive.definition.steps import StepCollection, StepDefinition, validate_job_options
 from geneva_drive.storage import queries, serialization
 from geneva_drive.storage.heroes import resolve_hero_class
@@ -111,6 +112,8 @@ class Workflow(WorkflowColumns, Base):
     job_options: ClassVar[dict[str, Any]] = {}
     exception_policies: ClassVar[Sequence[ExceptionPolicy]] = ()
     may_proceed_without_hero: ClassVar[bool] = False
+    # A cron schedule: a worker creates a (hero-less) workflow of the class at every tick.
+    schedule: ClassVar[Schedule | None] = None
 
     # Gathered per class by __init_subclass__.
     steps: ClassVar[StepCollection] = StepCollection([])
@@ -119,6 +122,7 @@ class Workflow(WorkflowColumns, Base):
     _cancel_conditions: ClassVar[list[Hook]] = []
     _job_options: ClassVar[dict[str, Any]] = {}
     _job_option_keys: ClassVar[frozenset[str]] = frozenset()
+    _schedule: ClassVar[Schedule | None] = None  # the class's own (never inherited)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         _register_dsl(cls)
@@ -607,6 +611,37 @@ def _register_dsl(cls: type[Workflow]) -> None:
     cls._cancel_conditions = [*parent._cancel_conditions, *_own_cancel_conditions(cls)]
     _register_job_options(cls, parent, definitions)
     _check_hooks(cls)
+    cls._schedule = _own_schedule(cls)
+
+
+def _own_schedule(cls: type[Workflow]) -> Schedule | None:
+    """The class body's ``schedule``, checked. Not inherited: a subclass of a nightly job is
+    another class, and would otherwise create a second workflow at every tick."""
+    schedule = cls.__dict__.get("schedule")
+    if schedule is None:
+        return None
+    if not isinstance(schedule, Schedule):
+        raise StepConfigurationError(
+            f"{cls.__name__}.schedule: expected Schedule('0 3 * * *', timezone='Europe/Berlin')"
+            f", got {schedule!r:.80}"
+        )
+    schedule.check(cls.__name__)
+    if not cls.may_proceed_without_hero:
+        raise StepConfigurationError(
+            f"{cls.__name__}.schedule: a scheduled workflow is created by a worker, with no "
+            "hero; set may_proceed_without_hero = True on the class (and read what it works "
+            "on in its steps)"
+        )
+    return schedule
+
+
+def scheduled_classes() -> list[type[Workflow]]:
+    """Every workflow class defined in this process that has a ``schedule`` of its own."""
+    return [
+        m.class_
+        for m in list(Workflow.__mapper__.self_and_descendants)
+        if m.class_.__dict__.get("_schedule") is not None
+    ]
 
 
 def _register_steps(cls: type[Workflow], parent: type[Workflow]) -> list[StepDefinition]:
