@@ -77,6 +77,7 @@ EXPECTED_TESTING_NAMES = [
     "reload",
     "run_due",
     "run_iterations",
+    "run_schedules",
     "run_until_parked",
     "speedrun",
     "speedrun_current_step",
