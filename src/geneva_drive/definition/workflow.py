@@ -12,7 +12,7 @@ import difflib
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar, cast
 
 from sqlalchemy.orm import Mapper, Session, object_session
@@ -42,6 +42,7 @@ from geneva_drive.definition.policy import ExceptionPolicy
 from geneva_drive.definition.ports import StartResult, verbs
 from geneva_drive.definition.schedule import Schedule
 from geneva_drive.definition.steps import StepCollection, StepDefinition, validate_job_options
+from geneva_drive.definition.until import checked_until
 from geneva_drive.storage import queries, serialization
 from geneva_drive.storage.heroes import resolve_hero_class
 from geneva_drive.storage.limits import MAX_WORKFLOW_TYPE, duration_problem
@@ -397,18 +398,33 @@ class Workflow(WorkflowColumns, Base):
     def _in_step(self) -> bool:
         return bool(self.__dict__.get("_gd_in_step"))
 
-    def reattempt(self, wait: timedelta | float | None = None, rewind: bool = False) -> None:
-        """Inside a step: stop now and run this step again (after ``wait``)."""
+    def reattempt(
+        self,
+        wait: timedelta | float | None = None,
+        rewind: bool = False,
+        *,
+        wait_until: datetime | None = None,
+    ) -> None:
+        """Inside a step: stop now and run this step again (after ``wait``, or at
+        ``wait_until``, an aware datetime)."""
         self._require_in_step("reattempt")
-        raise FlowControl(Action.REATTEMPT, wait=self._wait("reattempt", wait), rewind=rewind)
+        raise FlowControl(
+            Action.REATTEMPT,
+            wait=self._wait("reattempt", wait),
+            rewind=rewind,
+            until=self._until("reattempt", wait, wait_until),
+        )
 
     def finish(self) -> None:
         """Inside a step: stop now, keep the step's work, and finish the whole workflow."""
         self._require_in_step("finish")
         raise FlowControl(Action.FINISH)
 
-    def suspend(self, wait: timedelta | float | None = None) -> None:
-        """Inside a resumable step: stop now and continue from the cursor after ``wait``."""
+    def suspend(
+        self, wait: timedelta | float | None = None, *, wait_until: datetime | None = None
+    ) -> None:
+        """Inside a resumable step: stop now and continue from the cursor after ``wait`` (or
+        at ``wait_until``, an aware datetime)."""
         self._require_in_step("suspend")
         step_def = self.steps.named(self.current_step_name)
         if step_def is None or not step_def.resumable:
@@ -416,7 +432,21 @@ class Workflow(WorkflowColumns, Base):
                 f"{self._label}: suspend() can only be called from inside a resumable step; "
                 f"step {self.current_step_name!r} is not one (use reattempt(wait=...) instead)"
             )
-        raise FlowControl(Action.SUSPEND, wait=self._wait("suspend", wait))
+        raise FlowControl(
+            Action.SUSPEND,
+            wait=self._wait("suspend", wait),
+            until=self._until("suspend", wait, wait_until),
+        )
+
+    def _until(
+        self, verb: str, wait: timedelta | float | None, wait_until: datetime | None
+    ) -> datetime | None:
+        if wait_until is None:
+            return None
+        where = f"{self._label}, step {self.current_step_name!r}: {verb}()"
+        if wait is not None:
+            raise ValueError(f"{where}: takes wait= or wait_until=, not both")
+        return checked_until(wait_until, where)
 
     def _wait(self, verb: str, wait: timedelta | float | None) -> timedelta | None:
         problem = duration_problem(wait)

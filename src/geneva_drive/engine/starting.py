@@ -103,7 +103,7 @@ def plan_start(
     if first is None:
         return Start(workflow, None, {}, None)
     options = {**cls._job_options, **(step_job_options or {}), **(first.job_options or {})}
-    wait: timedelta | None = first.wait_delta
+    wait: timedelta | None = first.delay(now)
     execution = execution_row(
         {
             "step_name": first.name,
