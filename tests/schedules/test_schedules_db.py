@@ -238,3 +238,17 @@ def test_worker_processes_racing_for_one_tick_create_one_workflow(
                 racer.kill()
     assert sorted(counts) == [0, 0, 0, 1]
     assert [tick for _, tick in _workflows(gd.engine, NightlyBackfill)] == [FIRST_TICK]
+
+
+def test_a_deploy_that_changes_the_expression_recomputes_the_next_tick(gd: Any, clock: Any):
+    clock.set(START)
+    run_due_schedules(gd, [NightlyBackfill])
+    with gd.engine.begin() as conn:  # as written by an older version of the class
+        conn.execute(
+            sa.update(ScheduleRow)
+            .values(cron="0 5 * * *", next_tick=datetime(2030, 1, 2, 4, tzinfo=UTC))
+            .execution_options(synchronize_session=False)
+        )
+    assert run_due_schedules(gd, [NightlyBackfill]) == []
+    row = _row(gd.engine, NightlyBackfill)
+    assert (row.cron, row.next_tick) == ("0 3 * * *", FIRST_TICK)
