@@ -703,7 +703,11 @@ class Worker:
         """Create the workflows of due schedule ticks of the classes this worker claims; how
         many it created. No query at all when none of them has a ``schedule``."""
         loaded = set(self.scope.workflow_types)
-        classes = [c for c in scheduled_classes() if schedules.identity_of(c) in loaded]
+        try:
+            defined = scheduled_classes()
+        except RuntimeError:  # a class was being defined while we read the registry
+            return 0  # the next heartbeat looks again
+        classes = [c for c in defined if schedules.identity_of(c) in loaded]
         if not classes:
             return 0
         return len(schedules.run_due_schedules(self.config, classes))
