@@ -31,6 +31,7 @@ OUR_TABLES = {
     "geneva_drive_step_executions",
     "geneva_drive_signals",
     "geneva_drive_operator_actions",
+    "geneva_drive_schedules",
 }
 
 
@@ -170,6 +171,7 @@ def test_migrated_schema_reflects_identically_to_create_all(empty_engine: sa.Eng
         assert {
             ("ix_geneva_drive_workflows_unique_ongoing", ("ongoing_unique_key",)),
             ("ix_geneva_drive_step_executions_one_active", ("active_unique_key",)),
+            ("ix_geneva_drive_workflows_scheduled_tick", ("type", "scheduled_tick")),
         } <= unique
         # Descending (0007: no deadlock ring between neighbouring workflows), both ways.
         assert migrated_order == _one_active_order(empty_engine) == "D"
@@ -189,6 +191,8 @@ def test_migrated_schema_reflects_identically_to_create_all(empty_engine: sa.Eng
         "ix_geneva_drive_step_executions_finished_at",
         "ix_geneva_drive_step_executions_continues_from_id",
         "ix_geneva_drive_step_executions_signal_id",
+        # Only scheduled workflows (0010).
+        "ix_geneva_drive_workflows_scheduled_tick",
     }
 
 
@@ -398,7 +402,8 @@ def test_downgrade_to_base_removes_our_tables(empty_engine: sa.Engine):
 def test_upgrade_to_an_explicit_revision(empty_engine: sa.Engine):
     migrate.upgrade(empty_engine, "0001")
     assert migrate.current_revision(empty_engine) == "0001"
-    assert _tables(empty_engine) >= OUR_TABLES - {"geneva_drive_operator_actions"}  # from 0005
+    later = {"geneva_drive_operator_actions", "geneva_drive_schedules"}  # from 0005, 0010
+    assert _tables(empty_engine) >= OUR_TABLES - later
 
 
 def test_upgrade_to_an_unknown_revision_changes_nothing(empty_engine: sa.Engine):
@@ -492,3 +497,18 @@ def test_0010_adds_a_nullable_trace_context_to_workflows_and_signals_and_its_dow
     assert _schema_diff(empty_engine) == []
     _downgrade(empty_engine, "0009")
     assert trace_columns() == []
+
+
+def test_0011_adds_the_schedules_and_the_tick_column_and_its_downgrade_removes_them(
+    empty_engine: sa.Engine,
+):
+    migrate.upgrade(empty_engine, "0010")
+    migrate.install(empty_engine)
+    columns = {c["name"] for c in sa.inspect(empty_engine).get_columns("geneva_drive_workflows")}
+    assert "scheduled_tick" in columns
+    assert "geneva_drive_schedules" in _tables(empty_engine)
+    _downgrade(empty_engine, "0010")
+    inspector = sa.inspect(empty_engine)
+    assert "geneva_drive_schedules" not in inspector.get_table_names()
+    columns = {c["name"] for c in inspector.get_columns("geneva_drive_workflows")}
+    assert "scheduled_tick" not in columns

@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from geneva_drive.core.states import ExecutionState, Outcome, WorkflowState
     from geneva_drive.definition.matchers import SignalMatcher
     from geneva_drive.definition.policy import ExceptionPolicy, exponential_backoff
+    from geneva_drive.definition.schedule import Schedule
     from geneva_drive.definition.steps import (
         StepDefinition,
         removed_step,
@@ -81,6 +82,7 @@ _EXPORTS: dict[str, str] = {
     "InvalidStateError": "geneva_drive.core.errors",
     "InvalidStateTransition": "geneva_drive.core.errors",
     "Outcome": "geneva_drive.core.states",
+    "Schedule": "geneva_drive.definition.schedule",
     "SerializationError": "geneva_drive.core.errors",
     "Settings": "geneva_drive.core.settings",
     "Signal": "geneva_drive.storage.models",
@@ -165,6 +167,7 @@ __all__ = [
     "InvalidStateError",
     "InvalidStateTransition",
     "Outcome",
+    "Schedule",
     "SerializationError",
     "Settings",
     "Signal",

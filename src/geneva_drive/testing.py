@@ -57,6 +57,7 @@ __all__ = [
     "reload",
     "run_due",
     "run_iterations",
+    "run_schedules",
     "run_until_parked",
     "speedrun",
     "speedrun_current_step",
@@ -305,6 +306,17 @@ def advance_and_run(
         )
     clock.advance(delta, **duration)
     return run_due(workflow, raise_errors=raise_errors)
+
+
+def run_schedules(*classes: type[Workflow]) -> list[Workflow]:
+    """One schedule pass at geneva-drive's clock, as each worker runs at every heartbeat: the
+    workflows it created for due ticks of ``classes`` (every scheduled class defined, when
+    none is given). They come from the pass's own session, committed: load one in yours with
+    ``session.get(cls, workflow.id)`` to run it."""
+    from geneva_drive.core.settings import settings
+    from geneva_drive.engine.schedules import run_due_schedules
+
+    return run_due_schedules(settings(), classes or None)
 
 
 class SimulatedCrash(BaseException):

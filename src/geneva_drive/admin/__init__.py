@@ -9,6 +9,7 @@ frozen dataclasses of plain values; :func:`to_json` turns them into JSON-ready d
 - act: :func:`pause`, :func:`resume`, :func:`skip`, :func:`cancel`, :func:`retry`,
   :func:`resume_at`, :func:`signal`, and :func:`bulk` by filter
 - measure: :func:`stats`
+- schedules: :func:`schedules`, :func:`pause_schedule`, :func:`resume_schedule`
 - async twins on an ``AsyncSession`` (``admin.twins``): :func:`apause`, :func:`aresume`,
   :func:`askip`, :func:`acancel`, :func:`aretry`, :func:`aresume_at`, :func:`asignal`,
   :func:`afind`, :func:`acount`, :func:`afor_hero`, :func:`ashow`, :func:`astats`
@@ -42,6 +43,12 @@ if TYPE_CHECKING:
     from geneva_drive.admin.inspect import ActionEntry, ExecutionEntry, SignalEntry, Timeline, show
     from geneva_drive.admin.jsonable import to_json
     from geneva_drive.admin.measure import OutcomeBucket, OutcomeCount, QueueBacklog, Stats, stats
+    from geneva_drive.admin.schedules import (
+        ScheduleInfo,
+        pause_schedule,
+        resume_schedule,
+        schedules,
+    )
     from geneva_drive.admin.twins import (
         acancel,
         acount,
@@ -78,6 +85,7 @@ _EXPORTS: dict[str, str] = {
     "OutcomeCount": "geneva_drive.admin.measure",
     "Page": "geneva_drive.admin.find",
     "QueueBacklog": "geneva_drive.admin.measure",
+    "ScheduleInfo": "geneva_drive.admin.schedules",
     "SignalEntry": "geneva_drive.admin.inspect",
     "Stats": "geneva_drive.admin.measure",
     "Timeline": "geneva_drive.admin.inspect",
@@ -101,9 +109,12 @@ _EXPORTS: dict[str, str] = {
     "find": "geneva_drive.admin.find",
     "for_hero": "geneva_drive.admin.heroes",
     "pause": "geneva_drive.admin.act",
+    "pause_schedule": "geneva_drive.admin.schedules",
     "resume": "geneva_drive.admin.act",
     "resume_at": "geneva_drive.admin.act",
+    "resume_schedule": "geneva_drive.admin.schedules",
     "retry": "geneva_drive.admin.act",
+    "schedules": "geneva_drive.admin.schedules",
     "show": "geneva_drive.admin.inspect",
     "signal": "geneva_drive.admin.act",
     "skip": "geneva_drive.admin.act",
@@ -148,6 +159,7 @@ __all__ = [
     "OutcomeCount",
     "Page",
     "QueueBacklog",
+    "ScheduleInfo",
     "SignalEntry",
     "Stats",
     "Timeline",
@@ -171,9 +183,12 @@ __all__ = [
     "find",
     "for_hero",
     "pause",
+    "pause_schedule",
     "resume",
     "resume_at",
+    "resume_schedule",
     "retry",
+    "schedules",
     "show",
     "signal",
     "skip",

@@ -333,6 +333,7 @@ def demo(
 # shared `app` of options.py) by importing ops.py.
 # Imported last so that the commands above come first in --help.
 from geneva_drive.cli import ops as _ops  # noqa: E402, F401
+from geneva_drive.cli import schedules as _schedules  # noqa: E402, F401
 
 # The dashboard's command: it imports Starlette, uvicorn and Jinja2 only when it runs.
 from geneva_drive.cli.dashboard import dashboard as _dashboard  # noqa: E402

@@ -56,7 +56,7 @@ class Form:
         return default if found is None else found
 
 
-async def _form(dash: Dashboard, request: Request) -> Form:
+async def posted_form(dash: Dashboard, request: Request) -> Form:
     """The POSTed form, once its CSRF token has been checked (403 otherwise)."""
     try:
         items = parse_body(await request.body())
@@ -81,7 +81,7 @@ async def act(dash: Dashboard, request: Request) -> Response:
     workflow_id: int = request.path_params["workflow_id"]
     back = dash.url(request, "workflow", workflow_id=workflow_id)
     try:
-        form = await _form(dash, request)
+        form = await posted_form(dash, request)
         action = form.get("action", "")
         if action not in admin.ACTIONS:
             raise Refused(400, f"action={action!r}: expected one of {', '.join(admin.ACTIONS)}")
@@ -151,7 +151,7 @@ def _payload(text: str) -> Any:
 async def bulk(dash: Dashboard, request: Request) -> Response:
     back = dash.url(request, "workflows")
     try:
-        form = await _form(dash, request)
+        form = await posted_form(dash, request)
         back = f"{back}?{FilterForm.from_items(form.items).query()}"
         wanted = await checked(dash, request, form.items)
         action = wanted.action
@@ -188,7 +188,7 @@ async def login(dash: Dashboard, request: Request) -> Response:
     if request.method == "GET":
         return dash.render(request, "login.html", {"next": target, "error": None})
     try:
-        form = await _form(dash, request)
+        form = await posted_form(dash, request)
     except Refused as refused:
         return _refused_page(dash, request, refused, dash.url(request, "login"))
     target = _safe_next(dash, request, form.get("next", ""))
@@ -202,7 +202,7 @@ async def login(dash: Dashboard, request: Request) -> Response:
 
 async def logout(dash: Dashboard, request: Request) -> Response:
     try:
-        await _form(dash, request)
+        await posted_form(dash, request)
     except Refused as refused:
         return _refused_page(dash, request, refused, dash.url(request, "overview"))
     response = RedirectResponse(dash.url(request, "overview"), status_code=303)

@@ -20,7 +20,7 @@ from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from geneva_drive.core.clock import Clock, SystemClock
-from geneva_drive.dashboard import actions, bulk, pages
+from geneva_drive.dashboard import actions, bulk, pages, schedules
 from geneva_drive.dashboard import format as fmt
 from geneva_drive.dashboard.context import Dashboard, default_actor
 from geneva_drive.dashboard.security import (
@@ -123,7 +123,12 @@ def create_app(
         count_cap=count_cap,
         actor=actor,
     )
-    routes: list[BaseRoute] = [*pages.routes(dash), *bulk.routes(dash), *actions.routes(dash)]
+    routes: list[BaseRoute] = [
+        *pages.routes(dash),
+        *bulk.routes(dash),
+        *actions.routes(dash),
+        *schedules.routes(dash),
+    ]
     routes.append(Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static"))
     app = Starlette(routes=routes)
     app.add_middleware(SecurityHeaders)

@@ -7,7 +7,7 @@ them; the executor is the one place that catches them and turns them into outcom
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from enum import StrEnum
 
 
@@ -27,6 +27,8 @@ class FlowControl(BaseException):
     action: Action
     wait: timedelta | None = None
     rewind: bool = False
+    # wait_until=: an aware UTC datetime; phase 3 turns it into a wait from its one ``now``.
+    until: datetime | None = None
 
     def __str__(self) -> str:
         return f"flow control: {self.action}"

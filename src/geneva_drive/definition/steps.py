@@ -11,7 +11,7 @@ import difflib
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import TYPE_CHECKING, Any, NoReturn, overload
 
 from geneva_drive.core import text
@@ -32,6 +32,7 @@ from geneva_drive.definition.policy import (
     StepPolicy,
     check_terminal_action,
 )
+from geneva_drive.definition.until import checked_until, delay_until, until_problem
 from geneva_drive.storage.limits import (
     MAX_QUEUE,
     MAX_SIGNAL_NAME,
@@ -55,6 +56,8 @@ class StepDefinition:
     callable: Any  # validated: user input is checked at class definition, not trusted
     name: str | None = None
     wait: Any = None
+    # An aware datetime, or a callable (workflow) -> one (evaluated in phase 1, like skip_if).
+    wait_until: Any = None
     wait_for: Any = None
     skip_if: Any = None
     on_exception: Any = None
@@ -79,6 +82,8 @@ class StepDefinition:
     # The names its matcher accepts (its ``names``), None for any (see definition.matchers).
     signal_names: tuple[str, ...] | None = field(default=None, init=False)
     wait_delta: timedelta | None = field(default=None, init=False)
+    # wait_until= when it is a datetime (aware, UTC): known when the step is scheduled.
+    until: datetime | None = field(default=None, init=False)
     defined_in: str = field(default="", init=False)
     # The step of the same method name this one replaced in the class body (see _declare).
     shadows: StepDefinition | None = field(default=None, init=False, repr=False, compare=False)
@@ -150,6 +155,7 @@ class StepDefinition:
         if self.name in known:
             fail("is already defined in this class or a parent; give the step another name")
         self.wait_delta = self._validate_wait()
+        self.until = self._validate_wait_until()
         self.signal_matcher = self._validate_wait_for()
         self._validate_timeout()
         self._validate_skip_if()
@@ -220,6 +226,48 @@ class StepDefinition:
         if delta < timedelta(0):
             self._fail(f"wait= must not be negative, got {wait!r}")
         return delta
+
+    def _validate_wait_until(self) -> datetime | None:
+        value = self.wait_until
+        if value is None:
+            return None
+        if self.wait is not None:
+            self._fail(
+                f"takes wait= or wait_until=, not both (got wait={self.wait!r} and "
+                f"wait_until={value!r:.60}); wait_until= alone runs it at that time"
+            )
+        if callable(value) and not isinstance(value, datetime):
+            if is_async_generator(value):
+                self._fail(f"wait_until= is an async generator; {_NO_ASYNC_GENERATOR}")
+            problem = signature_problem(value, 1)
+            if problem is not None:
+                self._fail(f"wait_until= must be callable as (workflow) -> datetime, but {problem}")
+            return None
+        if not isinstance(value, datetime):
+            self._fail(
+                "wait_until= takes an aware datetime or a callable (workflow) -> datetime, "
+                f"got {type(value).__name__} {value!r:.60}"
+            )
+        problem = until_problem(value)
+        if problem is not None:
+            self._fail(f"wait_until= {problem}")
+        return value.astimezone(UTC)
+
+    def delay(self, now: datetime) -> timedelta | None:
+        """How long after ``now`` a new execution of this step is due: its ``wait``, or the
+        time to its ``wait_until`` datetime (a callable one is evaluated in phase 1)."""
+        if self.wait_delta is not None:
+            return self.wait_delta
+        return delay_until(self.until, now)
+
+    def until_for(self, workflow: Workflow, now: datetime) -> datetime | None:
+        """The instant this step waits until, for ``workflow``: its ``wait_until`` datetime,
+        or what its callable returns (checked: a ``ValueError`` naming the step if it is not
+        an aware datetime within 100 years of ``now``)."""
+        value = self.wait_until
+        if value is None or isinstance(value, datetime):
+            return self.until
+        return checked_until(settle(value(workflow)), f"{self.label} (for {workflow._label})", now)
 
     def _validate_wait_for(self) -> Any:
         wait_for = self.wait_for
@@ -460,8 +508,9 @@ def step(fn: None = None, /, **options: Any) -> Callable[[Callable[..., Any]], S
 def step(fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
     """Declare a step: ``@step``, ``@step(wait=...)``, or ``step(fn, ...)`` as a class attribute.
 
-    Options: ``name, wait, wait_for, skip_if, on_exception, max_reattempts, terminal_action,
-    before_step, after_step, job_options``, and with ``wait_for``: ``timeout, on_timeout``.
+    Options: ``name, wait, wait_until, wait_for, skip_if, on_exception, max_reattempts,
+    terminal_action, before_step, after_step, job_options``, and with ``wait_for``:
+    ``timeout, on_timeout``.
     A lambda (or ``name=None`` with a lambda) becomes an anonymous step named ``step_N``.
     """
     if fn is not None:
@@ -505,7 +554,9 @@ def repeat_step(
     ``polls = repeat_step(check_status, waits=[60, 300, 3600])`` adds ``step_N`` steps that run
     ``check_status`` after each wait; call ``self.finish()`` or ``self.skip()`` from it to stop.
     """
-    _refuse_unknown_options(fn, options, _class_body(2), allowed=_STEP_OPTIONS - {"wait"})
+    _refuse_unknown_options(
+        fn, options, _class_body(2), allowed=_STEP_OPTIONS - {"wait", "wait_until"}
+    )
     return [StepDefinition(callable=fn, wait=w, **options) for w in waits]
 
 
@@ -606,6 +657,7 @@ _STEP_OPTIONS = frozenset(
     {
         "name",
         "wait",
+        "wait_until",
         "wait_for",
         "skip_if",
         "on_exception",

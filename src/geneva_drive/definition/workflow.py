@@ -12,7 +12,7 @@ import difflib
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar, cast
 
 from sqlalchemy.orm import Mapper, Session, column_property, object_session
@@ -40,7 +40,9 @@ from geneva_drive.definition.flow import Action, FlowControl
 from geneva_drive.definition.job_options import checked_step_job_options, job_option_problem
 from geneva_drive.definition.policy import ExceptionPolicy
 from geneva_drive.definition.ports import StartResult, verbs
+from geneva_drive.definition.schedule import Schedule
 from geneva_drive.definition.steps import StepCollection, StepDefinition, validate_job_options
+from geneva_drive.definition.until import checked_until
 from geneva_drive.storage import queries, serialization
 from geneva_drive.storage.heroes import resolve_hero_class
 from geneva_drive.storage.limits import MAX_WORKFLOW_TYPE, duration_problem
@@ -110,6 +112,8 @@ class Workflow(WorkflowColumns, Base):
     job_options: ClassVar[dict[str, Any]] = {}
     exception_policies: ClassVar[Sequence[ExceptionPolicy]] = ()
     may_proceed_without_hero: ClassVar[bool] = False
+    # A cron schedule: a worker creates a (hero-less) workflow of the class at every tick.
+    schedule: ClassVar[Schedule | None] = None
 
     # Gathered per class by __init_subclass__.
     steps: ClassVar[StepCollection] = StepCollection([])
@@ -118,6 +122,7 @@ class Workflow(WorkflowColumns, Base):
     _cancel_conditions: ClassVar[list[Hook]] = []
     _job_options: ClassVar[dict[str, Any]] = {}
     _job_option_keys: ClassVar[frozenset[str]] = frozenset()
+    _schedule: ClassVar[Schedule | None] = None  # the class's own (never inherited)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         _register_dsl(cls)
@@ -392,18 +397,33 @@ class Workflow(WorkflowColumns, Base):
     def _in_step(self) -> bool:
         return bool(self.__dict__.get("_gd_in_step"))
 
-    def reattempt(self, wait: timedelta | float | None = None, rewind: bool = False) -> None:
-        """Inside a step: stop now and run this step again (after ``wait``)."""
+    def reattempt(
+        self,
+        wait: timedelta | float | None = None,
+        rewind: bool = False,
+        *,
+        wait_until: datetime | None = None,
+    ) -> None:
+        """Inside a step: stop now and run this step again (after ``wait``, or at
+        ``wait_until``, an aware datetime)."""
         self._require_in_step("reattempt")
-        raise FlowControl(Action.REATTEMPT, wait=self._wait("reattempt", wait), rewind=rewind)
+        raise FlowControl(
+            Action.REATTEMPT,
+            wait=self._wait("reattempt", wait),
+            rewind=rewind,
+            until=self._until("reattempt", wait, wait_until),
+        )
 
     def finish(self) -> None:
         """Inside a step: stop now, keep the step's work, and finish the whole workflow."""
         self._require_in_step("finish")
         raise FlowControl(Action.FINISH)
 
-    def suspend(self, wait: timedelta | float | None = None) -> None:
-        """Inside a resumable step: stop now and continue from the cursor after ``wait``."""
+    def suspend(
+        self, wait: timedelta | float | None = None, *, wait_until: datetime | None = None
+    ) -> None:
+        """Inside a resumable step: stop now and continue from the cursor after ``wait`` (or
+        at ``wait_until``, an aware datetime)."""
         self._require_in_step("suspend")
         step_def = self.steps.named(self.current_step_name)
         if step_def is None or not step_def.resumable:
@@ -411,7 +431,21 @@ class Workflow(WorkflowColumns, Base):
                 f"{self._label}: suspend() can only be called from inside a resumable step; "
                 f"step {self.current_step_name!r} is not one (use reattempt(wait=...) instead)"
             )
-        raise FlowControl(Action.SUSPEND, wait=self._wait("suspend", wait))
+        raise FlowControl(
+            Action.SUSPEND,
+            wait=self._wait("suspend", wait),
+            until=self._until("suspend", wait, wait_until),
+        )
+
+    def _until(
+        self, verb: str, wait: timedelta | float | None, wait_until: datetime | None
+    ) -> datetime | None:
+        if wait_until is None:
+            return None
+        where = f"{self._label}, step {self.current_step_name!r}: {verb}()"
+        if wait is not None:
+            raise ValueError(f"{where}: takes wait= or wait_until=, not both")
+        return checked_until(wait_until, where)
 
     def _wait(self, verb: str, wait: timedelta | float | None) -> timedelta | None:
         problem = duration_problem(wait)
@@ -606,6 +640,37 @@ def _register_dsl(cls: type[Workflow]) -> None:
     cls._cancel_conditions = [*parent._cancel_conditions, *_own_cancel_conditions(cls)]
     _register_job_options(cls, parent, definitions)
     _check_hooks(cls)
+    cls._schedule = _own_schedule(cls)
+
+
+def _own_schedule(cls: type[Workflow]) -> Schedule | None:
+    """The class body's ``schedule``, checked. Not inherited: a subclass of a nightly job is
+    another class, and would otherwise create a second workflow at every tick."""
+    schedule = cls.__dict__.get("schedule")
+    if schedule is None:
+        return None
+    if not isinstance(schedule, Schedule):
+        raise StepConfigurationError(
+            f"{cls.__name__}.schedule: expected Schedule('0 3 * * *', timezone='Europe/Berlin')"
+            f", got {schedule!r:.80}"
+        )
+    schedule.check(cls.__name__)
+    if not cls.may_proceed_without_hero:
+        raise StepConfigurationError(
+            f"{cls.__name__}.schedule: a scheduled workflow is created by a worker, with no "
+            "hero; set may_proceed_without_hero = True on the class (and read what it works "
+            "on in its steps)"
+        )
+    return schedule
+
+
+def scheduled_classes() -> list[type[Workflow]]:
+    """Every workflow class defined in this process that has a ``schedule`` of its own."""
+    return [
+        m.class_
+        for m in list(Workflow.__mapper__.self_and_descendants)
+        if m.class_.__dict__.get("_schedule") is not None
+    ]
 
 
 def _register_steps(cls: type[Workflow], parent: type[Workflow]) -> list[StepDefinition]:

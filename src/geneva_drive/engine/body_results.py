@@ -7,7 +7,7 @@ module of their own so that neither of the two has to import the other.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 
 @dataclass(frozen=True)
@@ -20,6 +20,7 @@ class Interrupted:
     """A resumable step stopped at a checkpoint; a successor continues from the cursor."""
 
     wait: timedelta | None = None
+    until: datetime | None = None  # skip_to(wait_until=): phase 3 makes it a wait
 
 
 @dataclass(frozen=True)

@@ -112,7 +112,8 @@ def after_completion(workflow: Workflow, options: RunOptions, now: datetime) -> 
         return _AfterCompletion(None, finished, None, {})
     job_options = workflow.merged_job_options(following)
     queue = str(job_options.get("queue") or "default")
-    chain = options.chain is not None and not following.wait_delta and options.chain(queue)
+    wait = following.delay(now)
+    chain = options.chain is not None and not wait and options.chain(queue)
     direct = chain and _nothing_to_check(type(workflow), following)
     navigation = {
         **outcomes.moved_columns(
@@ -129,7 +130,7 @@ def after_completion(workflow: Workflow, options: RunOptions, now: datetime) -> 
         workflow,
         following,
         now=now,
-        wait=following.wait_delta,
+        wait=wait,
         started=started,
         options=job_options,
     )
@@ -160,8 +161,14 @@ def _nothing_to_check(cls: type[Workflow], step_def: StepDefinition) -> bool:
 
 
 def _no_preconditions(cls: type[Workflow], step_def: StepDefinition) -> bool:
-    """No cancel_if, skip_if or signal gate: nothing of the application's runs in phase 1."""
-    return not cls._cancel_conditions and step_def.skip_if is None and not step_def.waits_for_signal
+    """No cancel_if, skip_if, wait_until callable or signal gate: nothing of the
+    application's runs in phase 1."""
+    return (
+        not cls._cancel_conditions
+        and step_def.skip_if is None
+        and (step_def.wait_until is None or step_def.until is not None)
+        and not step_def.waits_for_signal
+    )
 
 
 def _started_directly(

@@ -9,6 +9,7 @@ next step may start in the same transaction (``chaining``).
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.orm import Session
@@ -18,6 +19,7 @@ from geneva_drive.core.errors import UnitOfWorkError
 from geneva_drive.core.settings import Settings
 from geneva_drive.core.states import ExecutionState, WorkflowState, check_step_transition
 from geneva_drive.definition.flow import Action, FlowControl
+from geneva_drive.definition.until import delay_until
 from geneva_drive.definition.workflow import as_workflow
 from geneva_drive.engine import chaining, outcomes, writer
 from geneva_drive.engine.body_results import Completed, Failed, Interrupted
@@ -79,10 +81,12 @@ def finalize(
                 _discard_duplicate(workflow, execution, f"{execution.state} ({execution.outcome})")
                 session.rollback()
                 return None, None
-            plan = _result_plan(session, workflow, execution, prepared.step_def, result, config)
+            now = config.clock.now()  # once: the plan's waits and the rows written
+            plan = _result_plan(
+                session, workflow, execution, prepared.step_def, result, config, now
+            )
             # An operator's pause holds whatever the plan: the move is theirs, not ours.
             guarded = workflow.state != WorkflowState.PAUSED
-            now = config.clock.now()
             writer.apply(session, workflow, execution, plan, now, error=error, guarded=guarded)
             payload["workflow_state"] = workflow.state
             payload["step_state"] = execution.state
@@ -106,17 +110,21 @@ def _result_plan(
     step_def: StepDefinition,
     result: Result,
     config: Settings,
+    now: datetime,
 ) -> outcomes.Plan:
-    """What the body's result means, given what an operator did to the workflow meanwhile."""
+    """What the body's result means, given what an operator did to the workflow meanwhile.
+
+    A ``wait_until`` (reattempt, suspend, skip_to) becomes a wait from ``now``."""
     canceled = workflow.state == WorkflowState.CANCELED
     resumable = step_def.resumable
     if isinstance(result, Completed):
         plan = outcomes.for_completion()
     elif isinstance(result, Interrupted):
-        plan = outcomes.for_interruption(result.wait)
+        plan = outcomes.for_interruption(result.wait or delay_until(result.until, now))
     elif isinstance(result, FlowControl):
+        wait = result.wait or delay_until(result.until, now)
         plan = outcomes.for_flow_control(
-            result.action, resumable=resumable, wait=result.wait, rewind=result.rewind
+            result.action, resumable=resumable, wait=wait, rewind=result.rewind
         )
     elif canceled:  # nothing follows a canceled workflow: no policy to ask, nothing to report
         plan = outcomes.for_error(Action.PAUSE, resumable=resumable, wait=None, reason="")

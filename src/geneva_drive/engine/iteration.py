@@ -22,7 +22,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Select
@@ -34,6 +34,7 @@ from geneva_drive.core.errors import CursorTooLargeError
 from geneva_drive.core.shutdown import shutdown_requested
 from geneva_drive.core.states import WorkflowState
 from geneva_drive.definition.flow import FlowControl
+from geneva_drive.definition.until import checked_until
 from geneva_drive.engine import unit_of_work
 from geneva_drive.engine.body_results import Completed, Interrupted
 from geneva_drive.engine.run_options import RunOptions
@@ -47,9 +48,10 @@ if TYPE_CHECKING:
 
 
 class _Interrupt(BaseException):
-    def __init__(self, wait: timedelta | None = None) -> None:
+    def __init__(self, wait: timedelta | None = None, until: datetime | None = None) -> None:
         super().__init__()
         self.wait = wait
+        self.until = until
 
 
 class _LostExecution(BaseException):
@@ -142,13 +144,26 @@ class IterableStep:
         if commit_due and self._commit(read_workflow=self._watch_workflow):
             raise _Interrupt()  # paused or canceled by an operator: stop after this commit
 
-    def skip_to(self, value: Any, wait: timedelta | float | None = None) -> None:
-        """Store ``value`` as the cursor and continue in a new execution after ``wait``."""
+    def skip_to(
+        self,
+        value: Any,
+        wait: timedelta | float | None = None,
+        *,
+        wait_until: datetime | None = None,
+    ) -> None:
+        """Store ``value`` as the cursor and continue in a new execution after ``wait`` (or
+        at ``wait_until``, an aware datetime)."""
+        until = None
+        if wait_until is not None:
+            where = f"{self._step.label}, workflow id={self._workflow_id}: skip_to()"
+            if wait is not None:
+                raise ValueError(f"{where}: takes wait= or wait_until=, not both")
+            until = checked_until(wait_until, where)
         self.cursor = value
         self.advanced = True
         self._commit(read_workflow=False)
         delta = timedelta(seconds=wait) if isinstance(wait, int | float) else wait
-        raise _Interrupt(delta)
+        raise _Interrupt(delta, until)
 
     # -- iteration helpers -----------------------------------------------------------------
 
@@ -313,7 +328,7 @@ def run_resumable(
     except _LostExecution:
         return Interrupted()  # phase 3 finds the row no longer in progress and discards it
     except _Interrupt as interrupt:
-        result: Completed | Interrupted = Interrupted(interrupt.wait)
+        result: Completed | Interrupted = Interrupted(interrupt.wait, interrupt.until)
     except FlowControl:
         # Flow control keeps the step's writes, so it must keep the cursor that covers them
         # too — with batched commits the stored cursor may lag behind the work done.

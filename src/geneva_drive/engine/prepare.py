@@ -232,6 +232,13 @@ def guards_and_start(
         writer.apply(session, workflow, execution, plan, now, error=error)
         return Ended(error)
     assert step_def is not None  # _guard_plan decided on a missing one
+    # 7b. An absolute wait not reached yet (its callable decided after the step was
+    #     scheduled, or the time moved): due then instead; its errors are the step's.
+    if step_def.wait_until is not None:
+        until = step_def.until_for(workflow, now)
+        if until is not None and until > now:
+            writer.defer(session, workflow, execution, until)
+            return Ended()
     # 8. The signal gate: proceed with an attached signal, or park.
     signal = None
     if step_def.waits_for_signal:

@@ -104,7 +104,7 @@ def plan_start(
     if first is None:
         return Start(workflow, None, {}, None)
     options = {**cls._job_options, **(step_job_options or {}), **(first.job_options or {})}
-    wait: timedelta | None = first.wait_delta
+    wait: timedelta | None = first.delay(now)
     execution = execution_row(
         {
             "step_name": first.name,
@@ -135,13 +135,17 @@ def create(
     hero: Any,
     allow_multiple: bool,
     step_job_options: dict[str, Any] | None,
+    scheduled_tick: datetime | None = None,
 ) -> W:
     """``Workflow.create``: everything checked first, then one INSERT per row (PostgreSQL:
-    one statement), the wake-up queued with the caller's commit."""
+    one statement), the wake-up queued with the caller's commit. ``scheduled_tick``: the
+    schedule tick it is created for (``engine.schedules``), in its uniquely indexed column."""
     _check_creatable(cls, session)
     hero_type, hero_id = hero_key(cls, session, hero)
     start, now = _planned(cls, session, allow_multiple, step_job_options)
     row = {**start.workflow, "hero_type": hero_type, "hero_id": hero_id}
+    if scheduled_tick is not None:
+        row["scheduled_tick"] = scheduled_tick
     connection = connection_of(session)
     notify, notified = wake_for_start(session, start.queue, start.due)
     ids = starter_for(connection).insert_one(connection, row, start.first, notify)

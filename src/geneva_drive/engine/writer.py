@@ -43,6 +43,7 @@ from geneva_drive.engine.outcomes import (
     for_disarmed_timer,
     moved_columns,
 )
+from geneva_drive.engine.wakeups import enqueue_after_commit, enqueued_step
 from geneva_drive.storage import queries
 from geneva_drive.storage.dialects import dialect_named
 from geneva_drive.storage.limits import MAX_ERROR_CLASS
@@ -167,8 +168,16 @@ def advance(
         move(workflow, WorkflowState.FINISHED, now, guarded=False)
         return None
     return scheduling.create_step_execution(
-        session, workflow, following, now, wait=following.wait_delta
+        session, workflow, following, now, wait=following.delay(now)
     )
+
+
+def defer(session: Session, workflow: Workflow, execution: StepExecution, until: datetime) -> None:
+    """Leave a scheduled ``execution`` scheduled, due at ``until`` (its ``wait_until``), and
+    hand it to the backend again for then (a queue that delivered it now won't again)."""
+    execution.scheduled_for = until
+    session.flush()
+    enqueue_after_commit(session, enqueued_step(workflow, execution))
 
 
 def begin(session: Session, workflow: Workflow, now: datetime) -> StepExecution | None:
@@ -235,7 +244,7 @@ def _schedule(
     if target is None:
         move(workflow, WorkflowState.FINISHED, now, guarded=False)
         return None
-    return scheduling.create_step_execution(session, workflow, target, now, wait=target.wait_delta)
+    return scheduling.create_step_execution(session, workflow, target, now, wait=target.delay(now))
 
 
 def _defined(workflow: Workflow, name: str) -> StepDefinition:

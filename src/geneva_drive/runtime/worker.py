@@ -13,8 +13,9 @@ Threads of one worker process:
   executions its step threads are running right now (see :mod:`geneva_drive.leases`; a row
   leased to this worker that no thread runs any more is left to expire), recovers
   executions of *other* workers whose lease ran out (a cheap indexed query, so every worker
-  can afford it), and runs housekeeping when ``housekeeping_interval`` is set (one worker at
-  a time, by a database lock).
+  can afford it), creates the workflows of due schedule ticks (any worker may; the database
+  lets one per tick through, see ``engine.schedules``), and runs housekeeping when
+  ``housekeeping_interval`` is set (one worker at a time, by a database lock).
 - **the listener** (PostgreSQL): ``LISTEN geneva_drive`` on a dedicated connection; a NOTIFY
   from a commit that made a row due now wakes an idle step thread at once, and an idle task
   of the async lane (``async_lane``) when async classes are loaded.
@@ -54,7 +55,8 @@ from geneva_drive.core.errors import AsyncDriverMissing, WorkerCrashed
 from geneva_drive.core.ports import EnqueuedStep
 from geneva_drive.core.settings import Settings, settings
 from geneva_drive.core.shutdown import request_shutdown, shutdown_requested
-from geneva_drive.engine import leases, recovery
+from geneva_drive.definition.workflow import scheduled_classes
+from geneva_drive.engine import leases, recovery, schedules
 from geneva_drive.engine.executor import RunOptions, claim_and_run
 from geneva_drive.runtime import deploy_check, housekeeping
 from geneva_drive.runtime.async_lane import (
@@ -732,12 +734,25 @@ class Worker:
                 self.leases_recovered += recovered
         return recovered
 
+    def run_schedules(self) -> int:
+        """Create the workflows of due schedule ticks of the classes this worker claims; how
+        many it created. No query at all when none of them has a ``schedule``."""
+        loaded = set(self.scope.workflow_types)
+        try:
+            defined = scheduled_classes()
+        except RuntimeError:  # a class was being defined while we read the registry
+            return 0  # the next heartbeat looks again
+        classes = [c for c in defined if schedules.identity_of(c) in loaded]
+        if not classes:
+            return 0
+        return len(schedules.run_due_schedules(self.config, classes))
+
     def _maintain(self) -> None:
         interval = self.heartbeat_interval.total_seconds()
         every = self.housekeeping_interval
         next_housekeeping = time.monotonic() + every.total_seconds() if every else None
         while not self._done.wait(interval):
-            for task in (self.heartbeat, self.recover_expired_leases):
+            for task in (self.heartbeat, self.recover_expired_leases, self.run_schedules):
                 started = time.monotonic()
                 try:
                     task()

@@ -49,6 +49,7 @@ WORKFLOWS = "geneva_drive_workflows"
 EXECUTIONS = "geneva_drive_step_executions"
 SIGNALS = "geneva_drive_signals"
 OPERATOR_ACTIONS = "geneva_drive_operator_actions"
+SCHEDULES = "geneva_drive_schedules"
 
 # Dialect names: SQLAlchemy calls MariaDB "mariadb" for mariadb:// URLs, "mysql" otherwise.
 MYSQL_DIALECTS = ("mysql", "mariadb")
@@ -152,6 +153,17 @@ def _workflow_indexes() -> tuple[Index, ...]:
             ),
             PARTIAL_INDEX_DIALECTS,
         ),
+        # One workflow per schedule tick (migration 0011): the database, not a leader, keeps
+        # two workers from both creating a tick's workflow. Only scheduled workflows have a
+        # tick, so elsewhere the index is partial and no other insert writes to it; MySQL/
+        # MariaDB have no partial indexes, and NULLs never collide in a unique one.
+        *_where_index(
+            "ix_geneva_drive_workflows_scheduled_tick",
+            ("type", "scheduled_tick"),
+            "scheduled_tick IS NOT NULL",
+            ("type", "scheduled_tick"),
+            unique=True,
+        ),
     )
 
 
@@ -174,17 +186,28 @@ def _non_null_index(name: str, column: str) -> tuple[Index, Index]:
 
 
 def _where_index(
-    name: str, columns: tuple[str, ...], where: str, mysql_columns: tuple[str, ...]
+    name: str,
+    columns: tuple[str, ...],
+    where: str,
+    mysql_columns: tuple[str, ...],
+    *,
+    unique: bool = False,
 ) -> tuple[Index, Index]:
     """``name`` over ``columns WHERE where`` where partial indexes exist, else over
     ``mysql_columns`` (MySQL/MariaDB)."""
     predicate = text(where)
     return (
         only_on(
-            Index(name, *columns, postgresql_where=predicate, sqlite_where=predicate),
+            Index(
+                name,
+                *columns,
+                unique=unique,
+                postgresql_where=predicate,
+                sqlite_where=predicate,
+            ),
             PARTIAL_INDEX_DIALECTS,
         ),
-        only_on(Index(name, *mysql_columns), MYSQL_DIALECTS),
+        only_on(Index(name, *mysql_columns, unique=unique), MYSQL_DIALECTS),
     )
 
 
@@ -278,6 +301,9 @@ workflows_table = Table(
     # The W3C traceparent active at create() (OpenTelemetry): the steps' spans continue it.
     # Last, where migration 0010 added it.
     Column("trace_context", String(TRACE_CONTEXT_SIZE)),
+    # The tick of its class's schedule this workflow was created for (None: created by
+    # create()); unique per class. Migration 0011 added it at the end of the table.
+    Column("scheduled_tick", UTCDateTime()),
     *_workflow_indexes(),
     **MYSQL_TABLE_OPTIONS,
 )
@@ -302,6 +328,7 @@ class WorkflowColumns:
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
     trace_context: Mapped[str | None]
+    scheduled_tick: Mapped[datetime | None]
 
 
 if TYPE_CHECKING:
@@ -546,4 +573,34 @@ class OperatorAction(Base):
         return (
             f"<OperatorAction workflow_id={self.workflow_id} action={self.action} "
             f"actor={self.actor!r}>"
+        )
+
+
+class ScheduleRow(Base):
+    """One workflow class's schedule: its next tick, its last one, and whether it is paused.
+
+    A row per class with ``schedule = Schedule(...)``, inserted by the first worker that loads
+    the class. Every worker reads the due ones; the one whose guarded update moves
+    ``next_tick`` on creates the tick's workflow in the same transaction (``engine.schedules``).
+    ``cron`` and ``timezone`` are what the row's ticks were computed from: a deploy that
+    changes the class's schedule recomputes ``next_tick``.
+    """
+
+    __tablename__ = SCHEDULES
+
+    workflow_type: Mapped[str] = mapped_column(String(255), primary_key=True)
+    cron: Mapped[str] = mapped_column(String(255))
+    timezone: Mapped[str] = mapped_column(String(255))
+    next_tick: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    last_tick: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    last_workflow_id: Mapped[int | None] = mapped_column(Id)
+    paused: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=_now, onupdate=_now)
+
+    __table_args__ = (MYSQL_TABLE_OPTIONS,)
+
+    def __repr__(self) -> str:
+        return (
+            f"<ScheduleRow {self.workflow_type} next={self.next_tick} last={self.last_tick} "
+            f"paused={self.paused}>"
         )
