@@ -74,6 +74,7 @@ def only_on(index: Index, dialects: tuple[str, ...]) -> Index:
     return index.ddl_if(callable_=on_these_dialects)
 
 
+CHILD_INDEX = "ix_geneva_drive_workflows_child"
 TIMEOUT_FOR = "timeout_for"  # on a timer row: the id of the parked execution it times out
 
 
@@ -135,6 +136,16 @@ def workflow_table_args() -> tuple[Any, ...]:
         # sends the id alone, so the id leads; (hero_type, hero_id) lookups use both columns.
         # One index either way, so no write pays for the search. Migration 0009.
         Index("ix_geneva_drive_workflows_hero", "hero_id", "hero_type"),
+        # A child's identity: one per (parent, key), so a retried step that starts it again
+        # finds it instead of starting a second. Over children only where indexes can be
+        # partial; on MySQL/MariaDB over every row (NULLs never collide). Migration 0010.
+        *_where_index(
+            CHILD_INDEX,
+            ("parent_id", "child_key"),
+            "parent_id IS NOT NULL",
+            ("parent_id", "child_key"),
+            unique=True,
+        ),
         # One ongoing workflow per (class, hero): the database is the arbiter under races.
         # MySQL/MariaDB: a unique generated column instead (see MYSQL_UNIQUE_KEYS).
         only_on(
@@ -172,17 +183,24 @@ def _non_null_index(name: str, column: str) -> tuple[Index, Index]:
 
 
 def _where_index(
-    name: str, columns: tuple[str, ...], where: str, mysql_columns: tuple[str, ...]
+    name: str,
+    columns: tuple[str, ...],
+    where: str,
+    mysql_columns: tuple[str, ...],
+    *,
+    unique: bool = False,
 ) -> tuple[Index, Index]:
     """``name`` over ``columns WHERE where`` where partial indexes exist, else over
     ``mysql_columns`` (MySQL/MariaDB)."""
     predicate = text(where)
     return (
         only_on(
-            Index(name, *columns, postgresql_where=predicate, sqlite_where=predicate),
+            Index(
+                name, *columns, unique=unique, postgresql_where=predicate, sqlite_where=predicate
+            ),
             PARTIAL_INDEX_DIALECTS,
         ),
-        only_on(Index(name, *mysql_columns), MYSQL_DIALECTS),
+        only_on(Index(name, *mysql_columns, unique=unique), MYSQL_DIALECTS),
     )
 
 
@@ -268,6 +286,22 @@ class WorkflowColumns(Timestamps):
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     transitioned_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     metadata_json: Mapped[dict[str, Any] | None] = mapped_column("metadata", Json)
+    # Child workflows (migration 0010), at the end of the table (after the timestamps): a
+    # child's parent and its key among the parent's children — its identity, unique per
+    # parent — and, on a parent, how many children it started, how many ended (finished or
+    # canceled) and how many of those were canceled. The counters make the fan-in one row
+    # update per child, whatever the number of children (engine.children).
+    parent_id: Mapped[int | None] = mapped_column(Id, sort_order=10)
+    child_key: Mapped[str | None] = mapped_column(String(255), sort_order=10)
+    children_started: Mapped[int] = mapped_column(
+        Integer, default=0, server_default=text("0"), sort_order=10
+    )
+    children_ended: Mapped[int] = mapped_column(
+        Integer, default=0, server_default=text("0"), sort_order=10
+    )
+    children_failed: Mapped[int] = mapped_column(
+        Integer, default=0, server_default=text("0"), sort_order=10
+    )
 
 
 if TYPE_CHECKING:
