@@ -16,6 +16,7 @@ from geneva_drive.definition.ports import Verbs, provide_verbs
 if TYPE_CHECKING:
     from geneva_drive.core.clock import FrozenClock, SystemClock
     from geneva_drive.core.errors import (
+        ChildFailed,
         CursorTooLargeError,
         GenevaDriveError,
         InvalidStateError,
@@ -67,6 +68,7 @@ if TYPE_CHECKING:
 # name is first used (PEP 562), so ``geneva-drive --version`` loads no SQLAlchemy and a script
 # that uses the DSL loads no Alembic. Every name still imports as ``from geneva_drive import X``.
 _EXPORTS: dict[str, str] = {
+    "ChildFailed": "geneva_drive.core.errors",
     "CursorTooLargeError": "geneva_drive.core.errors",
     "DatabaseBackend": "geneva_drive.runtime.backends",
     "ExceptionPolicy": "geneva_drive.definition.policy",
@@ -149,6 +151,7 @@ provide_verbs(_engine_verbs)
 __version__ = "0.1.0"
 
 __all__ = [
+    "ChildFailed",
     "CursorTooLargeError",
     "DatabaseBackend",
     "ExceptionPolicy",

@@ -9,6 +9,7 @@ import pytest
 import geneva_drive
 
 EXPECTED_PUBLIC_NAMES = [
+    "ChildFailed",
     "CursorTooLargeError",
     "DatabaseBackend",
     "ExceptionPolicy",

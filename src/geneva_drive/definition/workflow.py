@@ -58,6 +58,8 @@ if TYPE_CHECKING:
 
 Hook = Callable[..., Any]
 _T = TypeVar("_T")
+W = TypeVar("W", bound="Workflow")
+CHILD_KEYS = "_gd_child_keys"  # the keys start_child() used in the current run of a step
 
 
 class _FallbackIdentities(dict[Any, Mapper[Any]]):
@@ -111,6 +113,8 @@ class Workflow(WorkflowColumns, Base):
     job_options: ClassVar[dict[str, Any]] = {}
     exception_policies: ClassVar[Sequence[ExceptionPolicy]] = ()
     may_proceed_without_hero: ClassVar[bool] = False
+    # Child workflows (start_child): canceling this workflow cancels its ongoing children.
+    cancel_children: ClassVar[bool] = True
 
     # Gathered per class by __init_subclass__.
     steps: ClassVar[StepCollection] = StepCollection([])
@@ -227,6 +231,32 @@ class Workflow(WorkflowColumns, Base):
                 raise_on_conflict=raise_on_conflict,
             ),
         )
+
+    # -- child workflows -----------------------------------------------------------------
+
+    def start_child(
+        self,
+        cls: type[W],
+        *,
+        key: str,
+        hero: Any = None,
+        allow_multiple: bool = False,
+    ) -> W:
+        """Inside a step: start a child workflow of ``cls`` with the step's writes.
+
+        The child exists only if the step commits, and once per ``key`` among this
+        workflow's children: a step run again (a reattempt, a resumed cursor) gets the child
+        it started before instead of a second one. A ``@step(wait_for_children=…)`` step
+        waits for the children to end (docs/children.md).
+        """
+        return verbs().start_child(self, cls, key=key, hero=hero, allow_multiple=allow_multiple)
+
+    @property
+    def parent(self) -> Workflow | None:
+        """The workflow that started this one with ``start_child``, or None."""
+        if self.parent_id is None:
+            return None
+        return self.session.get(Workflow, self.parent_id)
 
     # -- the hero ------------------------------------------------------------------------
 
@@ -384,6 +414,8 @@ class Workflow(WorkflowColumns, Base):
     def _in_step_context(self) -> Iterator[None]:
         previous = self.__dict__.get("_gd_in_step", False)
         self.__dict__["_gd_in_step"] = True
+        if not previous:  # a new run: the child keys used in one run are its own
+            self.__dict__[CHILD_KEYS] = set()
         try:
             yield
         finally:

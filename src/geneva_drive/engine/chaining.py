@@ -160,8 +160,14 @@ def _nothing_to_check(cls: type[Workflow], step_def: StepDefinition) -> bool:
 
 
 def _no_preconditions(cls: type[Workflow], step_def: StepDefinition) -> bool:
-    """No cancel_if, skip_if or signal gate: nothing of the application's runs in phase 1."""
-    return not cls._cancel_conditions and step_def.skip_if is None and not step_def.waits_for_signal
+    """No cancel_if, skip_if, signal or fan-in gate: nothing of the application's runs in
+    phase 1, and nothing can park the step."""
+    return (
+        not cls._cancel_conditions
+        and step_def.skip_if is None
+        and not step_def.waits_for_signal
+        and not step_def.waits_for_children
+    )
 
 
 def _started_directly(

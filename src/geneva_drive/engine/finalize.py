@@ -219,6 +219,13 @@ def _complete(
     workflow, execution = prepared.workflow, prepared.execution
     if session.is_modified(workflow, include_collections=False):
         return False, None
+    if (
+        workflow.parent_id is not None
+        and workflow.steps.next_after(workflow.current_step_name) is None
+    ):
+        # A child's last step: its end must reach its parent in this transaction, which
+        # the general path's writer does (writer.move); this path writes the end in SQL.
+        return False, None
     now = config.clock.now()
     after = chaining.after_completion(workflow, options, now)
     as_started = {

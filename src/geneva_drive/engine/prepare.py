@@ -21,7 +21,7 @@ from geneva_drive.core.errors import StepNotDefinedError
 from geneva_drive.core.settings import Settings
 from geneva_drive.core.states import ExecutionState, WorkflowState
 from geneva_drive.definition.workflow import as_workflow
-from geneva_drive.engine import outcomes, signals, writer
+from geneva_drive.engine import children, outcomes, signals, writer
 from geneva_drive.engine.run_options import RunOptions
 from geneva_drive.engine.step_errors import STEP_ERRORS, error_plan
 from geneva_drive.storage import queries
@@ -224,12 +224,15 @@ def guards_and_start(
         writer.apply(session, workflow, execution, plan, now, error=error)
         return Ended(error)
     assert step_def is not None  # _guard_plan decided on a missing one
-    # 8. The signal gate: proceed with an attached signal, or park.
+    # 8. The signal gate: proceed with an attached signal, or park. The fan-in gate: run
+    #    once enough children ended, raise ChildFailed if one was canceled, or park.
     signal = None
     if step_def.waits_for_signal:
         signal = signals.gate(session, workflow, execution, step_def)
         if signal is None:
             return Ended()
+    if step_def.waits_for_children and not children.gate(session, workflow, execution, step_def):
+        return Ended()
     # 9. Start, under the locks phase 1 holds.
     started = writer.lease_columns(now, options.worker_id, options.lease)
     writer.start(session, workflow, execution, step_def, now, started)

@@ -22,7 +22,7 @@ row it scheduled itself and nobody needs waking.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -134,17 +134,29 @@ def create(
     hero: Any,
     allow_multiple: bool,
     step_job_options: dict[str, Any] | None,
+    parent: tuple[int, str] | None = None,
+    find_child: Callable[[], W | None] | None = None,
 ) -> W:
     """``Workflow.create``: everything checked first, then one INSERT per row (PostgreSQL:
-    one statement), the wake-up queued with the caller's commit."""
+    one statement), the wake-up queued with the caller's commit.
+
+    ``parent``: (parent id, key) of a child (``children.start_child``). A child refused by
+    the unique index over them was started by a concurrent run of the same step, which
+    ``find_child`` returns (the database waited for it to commit).
+    """
     _check_creatable(cls, session)
     hero_type, hero_id = hero_key(cls, session, hero)
     start, now = _planned(cls, session, allow_multiple, step_job_options)
     row = {**start.workflow, "hero_type": hero_type, "hero_id": hero_id}
+    if parent is not None:
+        row["parent_id"], row["child_key"] = parent
     connection = connection_of(session)
     notify, notified = wake_for_start(session, start.queue, start.due)
     ids = starter_for(connection).insert_one(connection, row, start.first, notify)
     if ids is None:
+        found = find_child() if find_child is not None else None
+        if found is not None:
+            return found
         raise _already_ongoing(cls, session, row)
     if notify is not None:
         note_woken(session, notify)

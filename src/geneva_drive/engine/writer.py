@@ -27,12 +27,14 @@ from geneva_drive.core.errors import StepNotDefinedError
 from geneva_drive.core.settings import settings_of
 from geneva_drive.core.states import (
     ACTIVE_EXECUTION_STATES,
+    TERMINAL_WORKFLOW_STATES,
     ExecutionState,
     Outcome,
     WorkflowState,
     check_step_transition,
     check_workflow_transition,
 )
+from geneva_drive.definition.workflow import as_workflow
 from geneva_drive.engine import scheduling
 from geneva_drive.engine.outcomes import (
     ErrorRecord,
@@ -41,12 +43,15 @@ from geneva_drive.engine.outcomes import (
     Settle,
     ended_columns,
     for_disarmed_timer,
+    for_operator_cancel,
     moved_columns,
 )
+from geneva_drive.engine.wakeups import enqueue_after_commit, enqueued_step
 from geneva_drive.storage import queries
 from geneva_drive.storage.dialects import dialect_named
 from geneva_drive.storage.limits import MAX_ERROR_CLASS
 from geneva_drive.storage.models import Signal, StepExecution
+from geneva_drive.storage.queries import children as children_q
 from geneva_drive.storage.queries.signals import TIMER_KEY
 
 if TYPE_CHECKING:
@@ -150,12 +155,26 @@ def move(workflow: Workflow, state: WorkflowState, now: datetime, *, guarded: bo
     """Move the workflow to ``state``; paused, finished and canceled stamp ``transitioned_at``.
 
     ``guarded=False`` is for operator verbs, which check the state themselves and may act on
-    a paused workflow; the executor's moves are held to the transition table.
+    a paused workflow; the executor's moves are held to the transition table. A workflow
+    that ends tells its parent, and a canceled one cancels its children (:func:`_ended`).
     """
     if guarded:
         check_workflow_transition(workflow.state, state)
+    ends = state in TERMINAL_WORKFLOW_STATES and workflow.state not in TERMINAL_WORKFLOW_STATES
     for key, value in moved_columns(workflow.state, state, now).items():
         setattr(workflow, key, value)
+    if ends:
+        _ended(workflow, state, now)
+
+
+def cancel_now(session: Session, workflow: Workflow, now: datetime) -> None:
+    """Cancel an ongoing workflow (lock held): its scheduled or waiting execution ends
+    canceled; an in-progress one belongs to its worker, whose phase 3 sees "canceled"."""
+    current = queries.current_execution(session, workflow.id)
+    if current is not None and current.state != ExecutionState.IN_PROGRESS:
+        apply(session, workflow, current, for_operator_cancel(), now, guarded=False)
+    else:
+        move(workflow, WorkflowState.CANCELED, now, guarded=False)
 
 
 def advance(
@@ -450,6 +469,91 @@ def cancel_timeout(session: Session, parked: StepExecution, now: datetime) -> No
     if timer is not None:
         end(timer, for_disarmed_timer(), now)
         session.flush()
+
+
+# -- children: an ending reaches the parent, a cancel the children ----------------------------
+
+
+def _ended(workflow: Workflow, state: WorkflowState, now: datetime) -> None:
+    """``workflow`` has just ended (its lock held): cancel its ongoing children if it was
+    canceled, then count it on its parent and wake the parent's fan-in step if enough
+    children have ended — in this transaction, so it happens exactly when the end commits."""
+    cls = type(workflow)
+    if workflow.children_started == 0 and workflow.parent_id is None:
+        return  # neither parent nor child: the usual case costs nothing
+    session = workflow.session
+    # Out before anything reads it back: a child's end re-reads its parent (this row).
+    session.flush()
+    if state == WorkflowState.CANCELED and cls.cancel_children and workflow.children_started:
+        _cancel_children(session, workflow, now)
+    if workflow.parent_id is not None:
+        _count_on_parent(session, workflow, state, now)
+
+
+def _cancel_children(session: Session, parent: Workflow, now: datetime) -> None:
+    """Cancel every ongoing child of a canceled parent, each under its own lock.
+
+    Lock order: a child's end locks the child, then its parent; this locks the parent, then
+    each child. Where both meet, the database breaks the deadlock and the loser runs again
+    (a step's transient error). ``operations.cancel_workflow`` avoids it for the operator's
+    cancel by locking the descendants before the parent.
+    """
+    for child_id in children_q.ongoing_child_ids(session, parent.id):
+        child = as_workflow(queries.lock_workflow(session, child_id))
+        if child is None or child.state in TERMINAL_WORKFLOW_STATES:
+            continue
+        child.logger.info("canceled with its parent %s id=%s", type(parent).__name__, parent.id)
+        cancel_now(session, child, now)
+
+
+def _count_on_parent(
+    session: Session, child: Workflow, state: WorkflowState, now: datetime
+) -> None:
+    """One more child of the parent ended (one row update, whatever the number of children);
+    wake the parent's parked fan-in step when enough have, or when this one was canceled.
+
+    A paused parent counts but is not woken: ``resume()`` looks again (``children.
+    rendezvous``), as it does for a signal buffered while paused.
+    """
+    parent = as_workflow(queries.lock_workflow(session, child.parent_id or 0))
+    if parent is None:
+        return  # the parent row was deleted (housekeeping): nobody waits
+    parent.children_ended = (parent.children_ended or 0) + 1
+    if state == WorkflowState.CANCELED:
+        parent.children_failed = (parent.children_failed or 0) + 1
+    session.flush()
+    if parent.state in (WorkflowState.READY, WorkflowState.PERFORMING):
+        wake_fan_in(session, parent, now)
+
+
+def wake_fan_in(session: Session, parent: Workflow, now: datetime) -> list[StepExecution]:
+    """Wake the parent's parked fan-in step if its children allow it to run (lock held)."""
+    woken = []
+    for execution in queries.parked_executions(session, parent.id):
+        step_def = type(parent).steps.named(execution.step_name)
+        if step_def is None or not step_def.waits_for_children:
+            continue
+        failed = bool(parent.children_failed)
+        if not failed and not step_def.children_ready(
+            parent.children_started, parent.children_ended
+        ):
+            continue
+        check_step_transition(execution.state, ExecutionState.SCHEDULED)
+        execution.state = ExecutionState.SCHEDULED
+        execution.scheduled_for = now
+        execution.waiting_since = None
+        session.flush()
+        parent.logger.info(
+            "step %r woken: %s of %s children ended%s (execution %s)",
+            execution.step_name,
+            parent.children_ended,
+            parent.children_started,
+            ", one canceled" if failed else "",
+            execution.id,
+        )
+        enqueue_after_commit(session, enqueued_step(parent, execution))
+        woken.append(execution)
+    return woken
 
 
 # -- errors as stored ------------------------------------------------------------------------
