@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from geneva_drive import InvalidStateError, Workflow, step
@@ -68,7 +70,7 @@ class FoDuplicateKey(Workflow):
         self.start_child(FoChild, key="same")
 
 
-_BAD_KEY: list[object] = []
+_BAD_KEY: list[Any] = []
 
 
 class FoBadKey(Workflow):
