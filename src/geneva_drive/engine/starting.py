@@ -164,7 +164,9 @@ def create(
     mapper = sa_inspect(cls)
     if not mapper.configured:  # a class defined since the last ORM use: set it up first
         configure_mappers()
-    workflow: W = as_inserted(session, mapper, {**row, "id": workflow_id})
+    # The counters' server default, known without reading it back.
+    fresh = {"id": workflow_id, "children_started": 0, "children_ended": 0, "children_failed": 0}
+    workflow: W = as_inserted(session, mapper, {**row, **fresh})
     if hero is not None:
         workflow.__dict__["_gd_hero"] = hero
     # The new row is ours alone until commit: a later lock in this transaction (a signal()

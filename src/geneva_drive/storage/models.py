@@ -290,18 +290,13 @@ class WorkflowColumns(Timestamps):
     # child's parent and its key among the parent's children — its identity, unique per
     # parent — and, on a parent, how many children it started, how many ended (finished or
     # canceled) and how many of those were canceled. The counters make the fan-in one row
-    # update per child, whatever the number of children (engine.children).
+    # update per child, whatever the number of children (engine.children). A server default
+    # only: a Python-side one would put them into the bulk start's INSERT … SELECT.
     parent_id: Mapped[int | None] = mapped_column(Id, sort_order=10)
     child_key: Mapped[str | None] = mapped_column(String(255), sort_order=10)
-    children_started: Mapped[int] = mapped_column(
-        Integer, default=0, server_default=text("0"), sort_order=10
-    )
-    children_ended: Mapped[int] = mapped_column(
-        Integer, default=0, server_default=text("0"), sort_order=10
-    )
-    children_failed: Mapped[int] = mapped_column(
-        Integer, default=0, server_default=text("0"), sort_order=10
-    )
+    children_started: Mapped[int] = mapped_column(Integer, server_default=text("0"), sort_order=10)
+    children_ended: Mapped[int] = mapped_column(Integer, server_default=text("0"), sort_order=10)
+    children_failed: Mapped[int] = mapped_column(Integer, server_default=text("0"), sort_order=10)
 
 
 if TYPE_CHECKING:
