@@ -64,23 +64,29 @@ def start_child(parent: Workflow, cls: type[W], *, key: str, hero: Any, allow_mu
             "f'parcel-{parcel.id}')"
         )
     session = parent.session
-    existing = _existing(session, parent, cls, key, where)
-    if existing is None:
-        created = starting.create(
-            cls,
-            session,
-            hero=hero,
-            allow_multiple=allow_multiple,
-            step_job_options=None,
-            parent=(parent.id, key),
-            find_child=lambda: _existing(session, parent, cls, key, where),
-        )
-        if isinstance(created, cls) and created.parent_id == parent.id:
-            # Only the parent's own steps write this counter, one at a time: no lost update.
-            parent.children_started = (parent.children_started or 0) + 1
-        existing = created
+    # Inserted first, looked for only when the unique index refuses it (a step run again):
+    # a new child costs its inserts and nothing else.
+    found: list[W] = []
+
+    def started_before() -> W | None:
+        child = _existing(session, parent, cls, key, where)
+        found.extend([child] if child is not None else [])
+        return child
+
+    child = starting.create(
+        cls,
+        session,
+        hero=hero,
+        allow_multiple=allow_multiple,
+        step_job_options=None,
+        parent=(parent.id, key),
+        find_child=started_before,
+    )
+    if not found:
+        # Only the parent's own steps write this counter, one at a time: no lost update.
+        parent.children_started = (parent.children_started or 0) + 1
     used.add(key)
-    return existing
+    return child
 
 
 def _where(parent: Workflow, cls: Any, key: Any) -> str:
