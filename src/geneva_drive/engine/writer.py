@@ -34,7 +34,7 @@ from geneva_drive.core.states import (
     check_step_transition,
     check_workflow_transition,
 )
-from geneva_drive.definition.workflow import as_workflow
+from geneva_drive.definition.workflow import Workflow, as_workflow
 from geneva_drive.engine import scheduling
 from geneva_drive.engine.outcomes import (
     ErrorRecord,
@@ -58,7 +58,6 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import Dialect
 
     from geneva_drive.definition.steps import StepDefinition
-    from geneva_drive.definition.workflow import Workflow
 
 
 # -- executions ------------------------------------------------------------------------------
@@ -509,20 +508,28 @@ def _cancel_children(session: Session, parent: Workflow, now: datetime) -> None:
 def _count_on_parent(
     session: Session, child: Workflow, state: WorkflowState, now: datetime
 ) -> None:
-    """One more child of the parent ended (one row update, whatever the number of children);
-    wake the parent's parked fan-in step when enough have, or when this one was canceled.
+    """One more child of the parent ended: one UPDATE of the parent's counters, whatever the
+    number of children. Then, only if a fan-in step of the parent's class may now run (or
+    this child was canceled), wake its parked step.
 
-    A paused parent counts but is not woken: ``resume()`` looks again (``children.
-    rendezvous``), as it does for a signal buffered while paused.
+    The UPDATE holds the parent's row lock until commit, as the gate does while it reads the
+    counters and parks: whichever comes second sees the other's write. A paused parent is
+    counted but not woken; ``resume()`` looks again (``children.rendezvous``), as it does for
+    a signal buffered while paused.
     """
-    parent = as_workflow(queries.lock_workflow(session, child.parent_id or 0))
-    if parent is None:
-        return  # the parent row was deleted (housekeeping): nobody waits
-    parent.children_ended = (parent.children_ended or 0) + 1
-    if state == WorkflowState.CANCELED:
-        parent.children_failed = (parent.children_failed or 0) + 1
-    session.flush()
-    if parent.state in (WorkflowState.READY, WorkflowState.PERFORMING):
+    parent_id = child.parent_id
+    assert parent_id is not None
+    row = children_q.count_child_end(session, parent_id, failed=state == WorkflowState.CANCELED)
+    if row is None or row.state not in (WorkflowState.READY, WorkflowState.PERFORMING):
+        return  # the parent row is gone (housekeeping), or it is paused or ended
+    mapper = Workflow.__mapper__.polymorphic_map.get(row.type)
+    fan_ins = [d for d in mapper.class_.steps if d.waits_for_children] if mapper else []
+    if not row.children_failed and not any(
+        d.children_ready(row.children_started, row.children_ended) for d in fan_ins
+    ):
+        return  # nothing can run yet: the usual child end stops here
+    parent = as_workflow(queries.lock_workflow(session, parent_id))
+    if parent is not None:
         wake_fan_in(session, parent, now)
 
 

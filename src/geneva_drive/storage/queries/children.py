@@ -11,13 +11,15 @@ many are in each state (admin) — read the parent's children.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from geneva_drive.core.states import TERMINAL_WORKFLOW_STATES, WorkflowState
 from geneva_drive.storage.models import StepExecution, WorkflowColumns
 from geneva_drive.storage.queries._sql import workflow_model
+from geneva_drive.storage.queries.bypass import mark_written_if_loaded
 
 
 def find_child(session: Session, parent_id: int, key: str) -> WorkflowColumns | None:
@@ -81,3 +83,59 @@ def children_page(session: Session, parent_id: int, *, limit: int) -> Sequence[W
     wf = workflow_model()
     stmt = select(wf).where(wf.parent_id == parent_id).order_by(wf.child_key).limit(limit)
     return session.execute(stmt).scalars().all()
+
+
+def family_of(session: Session, workflow_id: int) -> Any:
+    """The workflow's parent (id, type, state), its own key, and its counters: one row, by id."""
+    wf = workflow_model().__table__
+    parent = wf.alias("parent")
+    stmt = (
+        select(
+            wf.c.parent_id,
+            wf.c.child_key,
+            wf.c.children_started,
+            wf.c.children_ended,
+            wf.c.children_failed,
+            parent.c.type.label("parent_type"),
+            parent.c.state.label("parent_state"),
+        )
+        .select_from(wf.outerjoin(parent, parent.c.id == wf.c.parent_id))
+        .where(wf.c.id == workflow_id)
+    )
+    return session.execute(stmt).first()
+
+
+def count_child_end(session: Session, parent_id: int, *, failed: bool) -> Any:
+    """Add one ended child (and one failed, if it was canceled) to the parent's counters:
+    one UPDATE, which takes the parent's row lock until commit and so serialises every
+    child's end with the parent's fan-in gate. Returns the parent's ``type``, ``state`` and
+    counters as they now are, or None if the parent row is gone.
+
+    ``UPDATE … RETURNING`` where the database has it; MariaDB reads the row back (under the
+    lock the UPDATE took, so nothing can change it in between). A loaded parent instance in
+    the session gets the new counters too.
+    """
+    wf: Any = workflow_model().__table__
+    values = {"children_ended": wf.c.children_ended + 1}
+    if failed:
+        values["children_failed"] = wf.c.children_failed + 1
+    stmt = update(wf).where(wf.c.id == parent_id).values(values)
+    columns = (
+        wf.c.type,
+        wf.c.state,
+        wf.c.children_started,
+        wf.c.children_ended,
+        wf.c.children_failed,
+    )
+    if session.get_bind().dialect.update_returning:
+        row = session.execute(stmt.returning(*columns)).first()
+    elif session.execute(stmt).rowcount:  # type: ignore[attr-defined]
+        row = session.execute(select(*columns).where(wf.c.id == parent_id)).first()
+    else:
+        row = None
+    if row is not None:
+        counters = ("children_started", "children_ended", "children_failed")
+        mark_written_if_loaded(
+            session, workflow_model(), parent_id, {k: getattr(row, k) for k in counters}
+        )
+    return row
