@@ -113,8 +113,11 @@ class Workflow(WorkflowColumns, Base):
     job_options: ClassVar[dict[str, Any]] = {}
     exception_policies: ClassVar[Sequence[ExceptionPolicy]] = ()
     may_proceed_without_hero: ClassVar[bool] = False
-    # Child workflows (start_child): canceling this workflow cancels its ongoing children.
+    # Child workflows (start_child): canceling this workflow cancels its ongoing children;
+    # a child paused for longer than children_timeout fails a waiting fan-in step.
     cancel_children: ClassVar[bool] = True
+    children_timeout: ClassVar[timedelta | float | None] = None
+    _children_timeout: ClassVar[timedelta | None] = None
 
     # Gathered per class by __init_subclass__.
     steps: ClassVar[StepCollection] = StepCollection([])
@@ -638,6 +641,7 @@ def _register_dsl(cls: type[Workflow]) -> None:
     cls._exception_policies = [*parent._exception_policies, *_own_exception_policies(cls)]
     cls._cancel_conditions = [*parent._cancel_conditions, *_own_cancel_conditions(cls)]
     _register_job_options(cls, parent, definitions)
+    cls._children_timeout = _children_timeout(cls)
     _check_hooks(cls)
 
 
@@ -705,6 +709,24 @@ def _check_on_timeout_target(cls: type[Workflow], definition: StepDefinition) ->
         f"on_timeout={target!r} is neither 'skip', 'cancel', 'pause' nor a step of "
         f"{cls.__name__} (steps: {', '.join(cls.steps.names) or 'none'})"
     )
+
+
+def _children_timeout(cls: type[Workflow]) -> timedelta | None:
+    value = cls.children_timeout
+    if value is None:
+        return None
+    seconds: float | None = None
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        seconds = float(value)
+    if seconds is None or seconds <= 0 or duration_problem(seconds) is not None:
+        raise StepConfigurationError(
+            f"{cls.__name__}.children_timeout must be a positive timedelta or number of "
+            f"seconds (how long a child may stay paused while a step waits for it), or None; "
+            f"got {value!r}"
+        )
+    return timedelta(seconds=seconds)
 
 
 def _own_exception_policies(cls: type[Workflow]) -> Iterable[ExceptionPolicy]:

@@ -19,7 +19,7 @@ The counters make both O(1) in the number of children: one row update per child 
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy.orm import Session
@@ -27,9 +27,13 @@ from sqlalchemy.orm import Session
 from geneva_drive.core import text
 from geneva_drive.core.errors import ChildFailed, InvalidStateError
 from geneva_drive.core.settings import settings_of
+from geneva_drive.core.states import ExecutionState
 from geneva_drive.definition.workflow import CHILD_KEYS, Workflow, as_workflow
-from geneva_drive.engine import starting, writer
+from geneva_drive.engine import outcomes, signals, starting, writer
+from geneva_drive.engine.wakeups import enqueue_after_commit, enqueued_step
+from geneva_drive.storage import queries
 from geneva_drive.storage.limits import MAX_STEP_NAME
+from geneva_drive.storage.models import TIMEOUT_FOR
 from geneva_drive.storage.queries import children as children_q
 
 if TYPE_CHECKING:
@@ -124,13 +128,25 @@ def gate(
     session: Session, workflow: Workflow, execution: StepExecution, step_def: StepDefinition
 ) -> bool:
     """Whether a ``wait_for_children`` step runs now (phase 1, workflow lock held): True to
-    run, False after parking it; :class:`ChildFailed` when a child was canceled."""
+    run, False after parking it; :class:`ChildFailed` when a child was canceled, or has been
+    paused for longer than the class's ``children_timeout``."""
     if workflow.children_failed:
         raise child_failed(session, workflow, step_def)
     if step_def.children_ready(workflow.children_started, workflow.children_ended):
         return True
     now: datetime = settings_of(session).clock.now()
+    timeout = type(workflow)._children_timeout
+    due = None
+    if timeout is not None:
+        # One indexed look at the parent's paused children, only while the step cannot run.
+        paused = as_workflow(children_q.oldest_paused_child(session, workflow.id))
+        since = paused.transitioned_at if paused is not None else None
+        if paused is not None and since is not None and since + timeout <= now:
+            raise child_paused(workflow, step_def, paused, since, timeout)
+        due = since + timeout if since is not None else now + timeout
     writer.park(execution, now, awaiting=step_def.awaiting_children)
+    if due is not None:
+        signals.arm_timer(session, workflow, execution, step_def, due)
     workflow.logger.info(
         "step %r parked until its children end (%s of %s ended; wait_for_children=%r, "
         "execution %s)",
@@ -143,11 +159,56 @@ def gate(
     return False
 
 
+def times_fan_in(workflow: Workflow, timer: StepExecution) -> bool:
+    """Whether ``timer`` is a ``children_timeout`` timer (its step waits for children)."""
+    step_def = type(workflow).steps.named(timer.step_name)
+    return step_def is not None and step_def.waits_for_children
+
+
+def fire_timeout(session: Session, workflow: Workflow, timer: StepExecution, now: datetime) -> None:
+    """A ``children_timeout`` timer came due (phase 1, lock held): wake its parked step, whose
+    gate then decides again — raise :class:`ChildFailed` for a child paused too long, run, or
+    park again with a new timer. A timer whose parked row left ``waiting`` is disarmed."""
+    parked = queries.lock_execution(session, int(timer.read_metadata(TIMEOUT_FOR)))
+    if parked is None or parked.state != ExecutionState.WAITING:
+        writer.end(timer, outcomes.for_disarmed_timer(), now)
+        return
+    writer.end(timer, outcomes.for_fired_timer(), now)
+    session.flush()  # the timer leaves the one-active index before its parked row enters it
+    writer.wake_parked(session, workflow, parked, now)
+
+
 def rendezvous(session: Session, workflow: Workflow, execution: StepExecution) -> None:
-    """On ``resume()``: wake a parked fan-in step whose children ended while it was paused."""
+    """On ``resume()``: wake a parked fan-in step whose children ended while it was paused;
+    else hand its timer, which may have come due meanwhile, to the backend again."""
     step_def = type(workflow).steps.named(execution.step_name)
-    if step_def is not None and step_def.waits_for_children:
-        writer.wake_fan_in(session, workflow, settings_of(session).clock.now())
+    if step_def is None or not step_def.waits_for_children:
+        return
+    if writer.wake_fan_in(session, workflow, settings_of(session).clock.now()):
+        return
+    timer = writer.armed_timer_of(session, execution)
+    if timer is not None:
+        enqueue_after_commit(session, enqueued_step(workflow, timer))
+
+
+def child_paused(
+    workflow: Workflow,
+    step_def: StepDefinition,
+    child: Workflow,
+    since: datetime,
+    timeout: timedelta,
+) -> ChildFailed:
+    """The error of a fan-in step whose child stayed paused longer than ``children_timeout``."""
+    return ChildFailed(
+        f"{step_def.label} (workflow id={workflow.id}): child {child.type} id={child.id} "
+        f"(key {child.child_key!r}) has been paused since {since.isoformat()}, longer than "
+        f"{type(workflow).__name__}.children_timeout={timeout}; resume, skip or cancel the "
+        "child, or let the exception policies of this step decide",
+        child_id=child.id,
+        child_class=child.type,
+        child_key=child.child_key,
+        child_error=f"paused since {since.isoformat()}",
+    )
 
 
 def child_failed(session: Session, workflow: Workflow, step_def: StepDefinition) -> ChildFailed:

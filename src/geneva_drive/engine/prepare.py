@@ -171,7 +171,10 @@ def _prepare(
         return Ended()
     # A signal timeout's timer row resolves its parked execution; it has no body to run.
     if execution.is_timer:
-        signals.fire_timeout(session, workflow, execution, now)
+        if children.times_fan_in(workflow, execution):
+            children.fire_timeout(session, workflow, execution, now)
+        else:
+            signals.fire_timeout(session, workflow, execution, now)
         return Ended()
     return guards_and_start(session, workflow, execution, options, now)
 

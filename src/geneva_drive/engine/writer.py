@@ -545,11 +545,7 @@ def wake_fan_in(session: Session, parent: Workflow, now: datetime) -> list[StepE
             parent.children_started, parent.children_ended
         ):
             continue
-        check_step_transition(execution.state, ExecutionState.SCHEDULED)
-        execution.state = ExecutionState.SCHEDULED
-        execution.scheduled_for = now
-        execution.waiting_since = None
-        session.flush()
+        wake_parked(session, parent, execution, now)
         parent.logger.info(
             "step %r woken: %s of %s children ended%s (execution %s)",
             execution.step_name,
@@ -558,9 +554,23 @@ def wake_fan_in(session: Session, parent: Workflow, now: datetime) -> list[StepE
             ", one canceled" if failed else "",
             execution.id,
         )
-        enqueue_after_commit(session, enqueued_step(parent, execution))
         woken.append(execution)
     return woken
+
+
+def wake_parked(
+    session: Session, workflow: Workflow, execution: StepExecution, now: datetime
+) -> None:
+    """``waiting → scheduled``, due now, for a parked row that no signal wakes (a fan-in step,
+    or its ``children_timeout`` timer firing); its timer is disarmed first, so the one-active
+    index admits it. Handed to a worker after commit."""
+    cancel_timeout(session, execution, now)
+    check_step_transition(execution.state, ExecutionState.SCHEDULED)
+    execution.state = ExecutionState.SCHEDULED
+    execution.scheduled_for = now
+    execution.waiting_since = None
+    session.flush()
+    enqueue_after_commit(session, enqueued_step(workflow, execution))
 
 
 # -- errors as stored ------------------------------------------------------------------------

@@ -52,6 +52,18 @@ def first_canceled_child(session: Session, parent_id: int) -> WorkflowColumns | 
     return session.execute(stmt).scalar_one_or_none()
 
 
+def oldest_paused_child(session: Session, parent_id: int) -> WorkflowColumns | None:
+    """The parent's child paused the longest (``children_timeout``), if any is paused."""
+    wf = workflow_model()
+    stmt = (
+        select(wf)
+        .where(wf.parent_id == parent_id, wf.state == WorkflowState.PAUSED)
+        .order_by(wf.transitioned_at, wf.id)
+        .limit(1)
+    )
+    return session.execute(stmt).scalar_one_or_none()
+
+
 def last_error(session: Session, workflow_id: int) -> StepExecution | None:
     """The workflow's newest execution that recorded an error class, if any."""
     stmt = (
