@@ -38,6 +38,42 @@ class RcParent(Workflow):
         self.session.add(AuditEntry(note=f"closed {self.children_ended}/{self.children_started}"))
 
 
+class RcCanceledMeanwhile(Workflow):
+    may_proceed_without_hero = True
+
+    @step
+    def split(self):
+        self.start_child(RcChild, key="late")
+        # An operator cancels this workflow while the step runs (another connection).
+        operator = threading.Thread(target=_cancel_from_outside, args=(self.id,))
+        operator.start()
+        operator.join(timeout=60)
+
+
+def _cancel_from_outside(workflow_id: int) -> None:
+    from geneva_drive.core.settings import settings
+    from geneva_drive.storage.db import session_factory
+
+    with session_factory(settings())() as other:
+        other.get(Workflow, workflow_id).cancel()
+        other.commit()
+
+
+def test_a_child_started_by_a_step_that_runs_while_its_parent_is_canceled_is_canceled(
+    gd, session, db_backend
+):
+    if db_backend == "sqlite":
+        pytest.skip("SQLite runs one writer at a time: the cancel would wait for the step")
+    parent = RcCanceledMeanwhile.create(session)
+    session.commit()
+
+    perform_next_step(parent)
+
+    assert reload(session, parent).state == "canceled"
+    (child,) = children_of(session, parent)
+    assert child.state == "canceled"
+
+
 def test_two_children_ending_at_once_are_both_counted_and_wake_the_parent_once(
     gd, session, db_backend
 ):

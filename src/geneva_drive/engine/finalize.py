@@ -84,6 +84,10 @@ def finalize(
             guarded = workflow.state != WorkflowState.PAUSED
             now = config.clock.now()
             writer.apply(session, workflow, execution, plan, now, error=error, guarded=guarded)
+            if workflow.state == WorkflowState.CANCELED:
+                # Canceled while the body ran: children it started (or that its checkpoints
+                # committed) after the cancel are canceled with it.
+                writer.cancel_children(session, workflow, now)
             payload["workflow_state"] = workflow.state
             payload["step_state"] = execution.state
             session.commit()

@@ -477,26 +477,28 @@ def _ended(workflow: Workflow, state: WorkflowState, now: datetime) -> None:
     """``workflow`` has just ended (its lock held): cancel its ongoing children if it was
     canceled, then count it on its parent and wake the parent's fan-in step if enough
     children have ended — in this transaction, so it happens exactly when the end commits."""
-    cls = type(workflow)
     if workflow.children_started == 0 and workflow.parent_id is None:
         return  # neither parent nor child: the usual case costs nothing
     session = workflow.session
     # Out before anything reads it back: a child's end re-reads its parent (this row).
     session.flush()
-    if state == WorkflowState.CANCELED and cls.cancel_children and workflow.children_started:
-        _cancel_children(session, workflow, now)
+    if state == WorkflowState.CANCELED:
+        cancel_children(session, workflow, now)
     if workflow.parent_id is not None:
         _count_on_parent(session, workflow, state, now)
 
 
-def _cancel_children(session: Session, parent: Workflow, now: datetime) -> None:
-    """Cancel every ongoing child of a canceled parent, each under its own lock.
+def cancel_children(session: Session, parent: Workflow, now: datetime) -> None:
+    """Cancel every ongoing child of a canceled parent, each under its own lock (unless its
+    class says ``cancel_children = False``).
 
     Lock order: a child's end locks the child, then its parent; this locks the parent, then
     each child. Where both meet, the database breaks the deadlock and the loser runs again
     (a step's transient error). ``operations.cancel_workflow`` avoids it for the operator's
     cancel by locking the descendants before the parent.
     """
+    if not type(parent).cancel_children or not parent.children_started:
+        return
     for child_id in children_q.ongoing_child_ids(session, parent.id):
         child = as_workflow(queries.lock_workflow(session, child_id))
         if child is None or child.state in TERMINAL_WORKFLOW_STATES:
