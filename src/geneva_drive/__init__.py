@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from geneva_drive.core.errors import (
         AmbiguousHeroType,
         AsyncDriverMissing,
+        ChildFailed,
         CursorTooLargeError,
         GenevaDriveError,
         InvalidStateError,
@@ -72,6 +73,7 @@ if TYPE_CHECKING:
 _EXPORTS: dict[str, str] = {
     "AmbiguousHeroType": "geneva_drive.core.errors",
     "AsyncDriverMissing": "geneva_drive.core.errors",
+    "ChildFailed": "geneva_drive.core.errors",
     "CursorTooLargeError": "geneva_drive.core.errors",
     "DatabaseBackend": "geneva_drive.runtime.backends",
     "ExceptionPolicy": "geneva_drive.definition.policy",
@@ -157,6 +159,7 @@ __version__ = "0.1.0"
 __all__ = [
     "AmbiguousHeroType",
     "AsyncDriverMissing",
+    "ChildFailed",
     "CursorTooLargeError",
     "DatabaseBackend",
     "ExceptionPolicy",

@@ -11,6 +11,7 @@ import geneva_drive
 EXPECTED_PUBLIC_NAMES = [
     "AmbiguousHeroType",
     "AsyncDriverMissing",
+    "ChildFailed",
     "CursorTooLargeError",
     "DatabaseBackend",
     "ExceptionPolicy",

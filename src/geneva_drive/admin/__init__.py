@@ -37,6 +37,7 @@ if TYPE_CHECKING:
         signal,
         skip,
     )
+    from geneva_drive.admin.family import Family, Relative
     from geneva_drive.admin.filters import WorkflowFilter
     from geneva_drive.admin.find import BoundedCount, Page, WorkflowSummary, count, find
     from geneva_drive.admin.heroes import for_hero
@@ -81,10 +82,12 @@ _EXPORTS: dict[str, str] = {
     "BoundedCount": "geneva_drive.admin.find",
     "BulkResult": "geneva_drive.admin.act",
     "ExecutionEntry": "geneva_drive.admin.inspect",
+    "Family": "geneva_drive.admin.family",
     "OutcomeBucket": "geneva_drive.admin.measure",
     "OutcomeCount": "geneva_drive.admin.measure",
     "Page": "geneva_drive.admin.find",
     "QueueBacklog": "geneva_drive.admin.measure",
+    "Relative": "geneva_drive.admin.family",
     "ScheduleInfo": "geneva_drive.admin.schedules",
     "SignalEntry": "geneva_drive.admin.inspect",
     "Stats": "geneva_drive.admin.measure",
@@ -155,10 +158,12 @@ __all__ = [
     "BoundedCount",
     "BulkResult",
     "ExecutionEntry",
+    "Family",
     "OutcomeBucket",
     "OutcomeCount",
     "Page",
     "QueueBacklog",
+    "Relative",
     "ScheduleInfo",
     "SignalEntry",
     "Stats",

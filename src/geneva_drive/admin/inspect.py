@@ -1,4 +1,5 @@
-"""One workflow's timeline: executions, signals, operator actions, what it waits for."""
+"""One workflow's timeline: executions, signals, operator actions, what it waits for, and
+its parent and children (``family``)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from geneva_drive.admin.family import Family, family
 from geneva_drive.admin.find import WorkflowSummary, summaries
 from geneva_drive.core.errors import AdminInputError, AdminNotFound
 from geneva_drive.core.states import ExecutionState, Outcome
@@ -83,6 +85,7 @@ class Timeline:
     awaiting_signal: str | None
     wait_deadline: datetime | None
     truncated: bool = False  # only the newest ``max_executions`` executions are listed
+    family: Family | None = None  # its parent and children, if it has either
 
 
 def show(session: Session, workflow_id: int, *, max_executions: int = 1000) -> Timeline:
@@ -126,6 +129,7 @@ def show(session: Session, workflow_id: int, *, max_executions: int = 1000) -> T
         awaiting_signal=summary.awaiting_signal,
         wait_deadline=summary.wait_deadline,
         truncated=truncated,
+        family=family(session, workflow_id),
     )
 
 

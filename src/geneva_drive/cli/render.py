@@ -127,7 +127,10 @@ def timeline(t: admin.Timeline) -> RenderableType:
     if t.awaiting_signal:
         until = f" until {when(t.wait_deadline)}" if t.wait_deadline else ""
         head.append(Text(f"waiting for signal {t.awaiting_signal!r}{until}"))
-    parts: list[RenderableType] = [*head, Text(""), _executions(t)]
+    parts: list[RenderableType] = [*head]
+    if t.family is not None:
+        parts += _family(t.family)
+    parts += [Text(""), _executions(t)]
     failure = next((e for e in reversed(t.executions) if e.error_class), None)
     if failure is not None:
         parts += [Text(""), *_failure(failure)]
@@ -138,6 +141,30 @@ def timeline(t: admin.Timeline) -> RenderableType:
     if wf.state == "paused":
         parts += [Text(""), Text(_paused_hint(wf.id))]
     return Group(*parts)
+
+
+def _family(f: admin.Family) -> list[RenderableType]:
+    lines: list[RenderableType] = []
+    if f.parent is not None:
+        p = f.parent
+        lines.append(
+            Text(f"parent: {p.id} {p.workflow_type} {p.state}   key: {f.key}   (show {p.id})")
+        )
+    if f.has_children:
+        states = ", ".join(f"{n} {state}" for state, n in sorted(f.children_by_state.items()))
+        lines.append(
+            Text(
+                f"children: {f.children_started} started, {f.children_ended} ended "
+                f"({f.children_failed} canceled) — {states or 'none left'}"
+            )
+        )
+        table = _table("id", "key", "class", "state")
+        for c in f.children:
+            table.add_row(str(c.id), c.key or "", c.workflow_type, c.state)
+        more = f.children_started - len(f.children)
+        title = "children" + (f" (first {len(f.children)}; {more} more)" if more > 0 else "")
+        lines += [Text(""), _section(title, table)]
+    return lines
 
 
 def _paused_hint(workflow_id: int) -> str:

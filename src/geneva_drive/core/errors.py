@@ -21,6 +21,7 @@
     │   └── UnstorableTextError    text with NUL or a lone surrogate (also a ValueError)
     ├── WorkerCrashed              a database worker's thread died; the worker stopped
     ├── AsyncDriverMissing         async steps are loaded, their database's async driver is not
+    ├── ChildFailed                a child workflow a fan-in step waits for was canceled
     └── StepExecutionError         carries the execution and workflow it concerns
         └── StepNotDefinedError    a row names a step the class no longer defines
             └── WorkflowClassNotLoaded  a verb needs the steps of a class this process lacks
@@ -113,6 +114,28 @@ class SignalPayloadTooLargeError(PayloadTooLargeError):
 
 class CursorTooLargeError(PayloadTooLargeError):
     """A resumable-step cursor exceeds ``max_cursor_size``."""
+
+
+class ChildFailed(GenevaDriveError):
+    """A child workflow ended ``canceled`` while its parent waits for it (``@step(
+    wait_for_children=…)``): raised in the parent's waiting step, so the parent's exception
+    policies decide. Carries the child's id, class, key and the error that ended it (if any).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        child_id: int | None = None,
+        child_class: str | None = None,
+        child_key: str | None = None,
+        child_error: str | None = None,
+    ):
+        super().__init__(message)
+        self.child_id = child_id
+        self.child_class = child_class
+        self.child_key = child_key
+        self.child_error = child_error
 
 
 class StepExecutionError(GenevaDriveError):

@@ -79,6 +79,16 @@ class Verbs(Protocol):
         allow_unknown: bool,
     ) -> Signal: ...
 
+    def start_child(
+        self,
+        parent: Workflow,
+        cls: type[W],
+        *,
+        key: str,
+        hero: Any,
+        allow_multiple: bool,
+    ) -> W: ...
+
     def pause(self, workflow: Workflow) -> None: ...
 
     def resume(self, workflow: Workflow) -> StepExecution | None: ...

@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from geneva_drive.definition.workflow import Workflow
 
 _UNSET: Any = object()
+ALL_CHILDREN = 0  # children_needed of wait_for_children="all": every child started
 DEFAULT_MAX_REATTEMPTS = 100
 RESERVED_JOB_OPTIONS = {"wait", "wait_until", "eta", "countdown"}
 
@@ -76,9 +77,13 @@ class StepDefinition:
     # "skip" | "cancel" | "pause" | <step name>; the step name is checked by _register_dsl.
     timeout: Any = None
     on_timeout: Any = None
+    # Fan-in: "all", "any" or how many children must have ended before the step runs
+    # (engine.children); validate() sets children_needed (ALL_CHILDREN for "all").
+    wait_for_children: Any = None
     # Filled in by validate():
     exception_policy: StepPolicy | None = field(default=None, init=False)
     signal_matcher: Any = field(default=None, init=False)
+    children_needed: int | None = field(default=None, init=False)
     # The names its matcher accepts (its ``names``), None for any (see definition.matchers).
     signal_names: tuple[str, ...] | None = field(default=None, init=False)
     wait_delta: timedelta | None = field(default=None, init=False)
@@ -101,6 +106,26 @@ class StepDefinition:
     @property
     def waits_for_signal(self) -> bool:
         return self.signal_matcher is not None
+
+    @property
+    def waits_for_children(self) -> bool:
+        return self.children_needed is not None
+
+    def children_ready(self, started: int, ended: int) -> bool:
+        """Whether enough of ``started`` children have ended for this fan-in step to run.
+
+        "all" waits for every child started so far; "any" and a number for that many, or
+        every child when fewer were started (no step of the parent starts one while it
+        waits, so more could never come).
+        """
+        needed = self.children_needed or started  # ALL_CHILDREN is 0
+        return ended >= min(needed, started)
+
+    @property
+    def awaiting_children(self) -> str:
+        """What a parked fan-in step waits for, as stored and shown: ``children:all``,
+        ``children:any`` or ``children:<n>``."""
+        return f"children:{self.wait_for_children}"
 
     @property
     def awaiting(self) -> str:
@@ -157,6 +182,7 @@ class StepDefinition:
         self.wait_delta = self._validate_wait()
         self.until = self._validate_wait_until()
         self.signal_matcher = self._validate_wait_for()
+        self._validate_wait_for_children()
         self._validate_timeout()
         self._validate_skip_if()
         self.exception_policy = self._validate_on_exception()
@@ -303,6 +329,27 @@ class StepDefinition:
             f"matches(signal) (and, to say which signal names it accepts, names); got "
             f"{wait_for!r}"
         )
+
+    def _validate_wait_for_children(self) -> None:
+        spec = self.wait_for_children
+        if spec is None:
+            return
+        if self.signal_matcher is not None:
+            self._fail(
+                "wait_for_children= cannot be combined with wait_for=; wait for the children "
+                "in one step and for the signal in the next"
+            )
+        if spec == "all":
+            self.children_needed = ALL_CHILDREN
+        elif spec == "any":
+            self.children_needed = 1
+        elif isinstance(spec, int) and not isinstance(spec, bool) and spec >= 1:
+            self.children_needed = spec
+        else:
+            self._fail(
+                f"wait_for_children= takes 'all', 'any' or how many children must have "
+                f"ended (an int >= 1), got {spec!r}"
+            )
 
     def _validate_timeout(self) -> None:
         timeout, on_timeout = self.timeout, self.on_timeout
@@ -509,7 +556,8 @@ def step(fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
     """Declare a step: ``@step``, ``@step(wait=...)``, or ``step(fn, ...)`` as a class attribute.
 
     Options: ``name, wait, wait_until, wait_for, skip_if, on_exception, max_reattempts,
-    terminal_action, before_step, after_step, job_options``, and with ``wait_for``:
+    terminal_action, before_step, after_step, job_options, wait_for_children``, and with
+    ``wait_for``:
     ``timeout, on_timeout``.
     A lambda (or ``name=None`` with a lambda) becomes an anonymous step named ``step_N``.
     """
@@ -668,6 +716,7 @@ _STEP_OPTIONS = frozenset(
         "job_options",
         "timeout",
         "on_timeout",
+        "wait_for_children",
         "max_iterations",
         "max_runtime",
         "checkpoint_every",

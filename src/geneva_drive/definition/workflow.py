@@ -59,6 +59,8 @@ if TYPE_CHECKING:
 
 Hook = Callable[..., Any]
 _T = TypeVar("_T")
+W = TypeVar("W", bound="Workflow")
+CHILD_KEYS = "_gd_child_keys"  # the keys start_child() used in the current run of a step
 
 
 class _FallbackIdentities(dict[Any, Mapper[Any]]):
@@ -114,6 +116,11 @@ class Workflow(WorkflowColumns, Base):
     may_proceed_without_hero: ClassVar[bool] = False
     # A cron schedule: a worker creates a (hero-less) workflow of the class at every tick.
     schedule: ClassVar[Schedule | None] = None
+    # Child workflows (start_child): canceling this workflow cancels its ongoing children;
+    # a child paused for longer than children_timeout fails a waiting fan-in step.
+    cancel_children: ClassVar[bool] = True
+    children_timeout: ClassVar[timedelta | float | None] = None
+    _children_timeout: ClassVar[timedelta | None] = None
 
     # Gathered per class by __init_subclass__.
     steps: ClassVar[StepCollection] = StepCollection([])
@@ -231,6 +238,32 @@ class Workflow(WorkflowColumns, Base):
                 raise_on_conflict=raise_on_conflict,
             ),
         )
+
+    # -- child workflows -----------------------------------------------------------------
+
+    def start_child(
+        self,
+        cls: type[W],
+        *,
+        key: str,
+        hero: Any = None,
+        allow_multiple: bool = False,
+    ) -> W:
+        """Inside a step: start a child workflow of ``cls`` with the step's writes.
+
+        The child exists only if the step commits, and once per ``key`` among this
+        workflow's children: a step run again (a reattempt, a resumed cursor) gets the child
+        it started before instead of a second one. A ``@step(wait_for_children=…)`` step
+        waits for the children to end (docs/children.md).
+        """
+        return verbs().start_child(self, cls, key=key, hero=hero, allow_multiple=allow_multiple)
+
+    @property
+    def parent(self) -> Workflow | None:
+        """The workflow that started this one with ``start_child``, or None."""
+        if self.parent_id is None:
+            return None
+        return self.session.get(Workflow, self.parent_id)
 
     # -- the hero ------------------------------------------------------------------------
 
@@ -388,6 +421,8 @@ class Workflow(WorkflowColumns, Base):
     def _in_step_context(self) -> Iterator[None]:
         previous = self.__dict__.get("_gd_in_step", False)
         self.__dict__["_gd_in_step"] = True
+        if not previous:  # a new run: the child keys used in one run are its own
+            self.__dict__[CHILD_KEYS] = set()
         try:
             yield
         finally:
@@ -639,6 +674,7 @@ def _register_dsl(cls: type[Workflow]) -> None:
     cls._exception_policies = [*parent._exception_policies, *_own_exception_policies(cls)]
     cls._cancel_conditions = [*parent._cancel_conditions, *_own_cancel_conditions(cls)]
     _register_job_options(cls, parent, definitions)
+    cls._children_timeout = _children_timeout(cls)
     _check_hooks(cls)
     cls._schedule = _own_schedule(cls)
 
@@ -737,6 +773,24 @@ def _check_on_timeout_target(cls: type[Workflow], definition: StepDefinition) ->
         f"on_timeout={target!r} is neither 'skip', 'cancel', 'pause' nor a step of "
         f"{cls.__name__} (steps: {', '.join(cls.steps.names) or 'none'})"
     )
+
+
+def _children_timeout(cls: type[Workflow]) -> timedelta | None:
+    value = cls.children_timeout
+    if value is None:
+        return None
+    seconds: float | None = None
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        seconds = float(value)
+    if seconds is None or seconds <= 0 or duration_problem(seconds) is not None:
+        raise StepConfigurationError(
+            f"{cls.__name__}.children_timeout must be a positive timedelta or number of "
+            f"seconds (how long a child may stay paused while a step waits for it), or None; "
+            f"got {value!r}"
+        )
+    return timedelta(seconds=seconds)
 
 
 def _own_exception_policies(cls: type[Workflow]) -> Iterable[ExceptionPolicy]:

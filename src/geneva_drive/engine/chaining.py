@@ -161,13 +161,14 @@ def _nothing_to_check(cls: type[Workflow], step_def: StepDefinition) -> bool:
 
 
 def _no_preconditions(cls: type[Workflow], step_def: StepDefinition) -> bool:
-    """No cancel_if, skip_if, wait_until callable or signal gate: nothing of the
-    application's runs in phase 1."""
+    """No cancel_if, skip_if, wait_until callable, signal or fan-in gate: nothing of the
+    application's runs in phase 1, and nothing can park the step."""
     return (
         not cls._cancel_conditions
         and step_def.skip_if is None
         and (step_def.wait_until is None or step_def.until is not None)
         and not step_def.waits_for_signal
+        and not step_def.waits_for_children
     )
 
 

@@ -88,6 +88,10 @@ def finalize(
             # An operator's pause holds whatever the plan: the move is theirs, not ours.
             guarded = workflow.state != WorkflowState.PAUSED
             writer.apply(session, workflow, execution, plan, now, error=error, guarded=guarded)
+            if workflow.state == WorkflowState.CANCELED:
+                # Canceled while the body ran: children it started (or that its checkpoints
+                # committed) after the cancel are canceled with it.
+                writer.cancel_children(session, workflow, now)
             payload["workflow_state"] = workflow.state
             payload["step_state"] = execution.state
             session.commit()
@@ -226,6 +230,13 @@ def _complete(
     """
     workflow, execution = prepared.workflow, prepared.execution
     if session.is_modified(workflow, include_collections=False):
+        return False, None
+    if (
+        workflow.parent_id is not None
+        and workflow.steps.next_after(workflow.current_step_name) is None
+    ):
+        # A child's last step: its end must reach its parent in this transaction, which
+        # the general path's writer does (writer.move); this path writes the end in SQL.
         return False, None
     now = config.clock.now()
     after = chaining.after_completion(workflow, options, now)

@@ -16,10 +16,11 @@ from geneva_drive.core.errors import (
 )
 from geneva_drive.core.settings import settings_of
 from geneva_drive.core.states import ExecutionState, WorkflowState
-from geneva_drive.engine import outcomes, scheduling, signals, state_log, writer
+from geneva_drive.engine import children, outcomes, scheduling, signals, state_log, writer
 from geneva_drive.engine.wakeups import enqueue_after_commit, enqueued_step
 from geneva_drive.storage import queries
 from geneva_drive.storage.models import StepExecution
+from geneva_drive.storage.queries import children as children_q
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
@@ -49,20 +50,32 @@ def _refuse(workflow: Workflow, verb: str, allowed: str) -> InvalidStateError:
 
 
 def cancel_workflow(workflow: Workflow) -> None:
-    """Cancel. On a performing workflow the running step finishes and its result is kept."""
-    session = _locked(workflow)
+    """Cancel. On a performing workflow the running step finishes and its result is kept.
+
+    Its ongoing children are canceled with it (``cancel_children``, the writer): their rows
+    are locked first, deepest first, then this one's — the order in which a child's end
+    locks the child, then its parent — so a child ending meanwhile cannot deadlock with us.
+    """
+    session = workflow.session
+    queries.coordination.take_write_lock(session)  # SQLite: before any read
+    if type(workflow).cancel_children:
+        _lock_descendants(session, workflow.id)
+    _locked(workflow)
     if workflow.state not in (WorkflowState.READY, WorkflowState.PAUSED, WorkflowState.PERFORMING):
         raise _refuse(workflow, "cancel", "ready, performing or paused")
-    now = settings_of(session).clock.now()
-    current = queries.current_execution(session, workflow.id)
-    # An in-progress row belongs to its worker: phase 3 records its result and sees "canceled".
-    if current is not None and current.state != ExecutionState.IN_PROGRESS:
-        plan = outcomes.for_operator_cancel()
-        writer.apply(session, workflow, current, plan, now, guarded=False)
-    else:
-        writer.move(workflow, WorkflowState.CANCELED, now, guarded=False)
-        state_log.by_operator(workflow, WorkflowState.CANCELED)
+    writer.cancel_now(session, workflow, settings_of(session).clock.now(), by_operator=True)
     session.flush()
+
+
+def _lock_descendants(session: Session, workflow_id: int) -> None:
+    """Lock the ongoing descendants of a workflow, the deepest generation first."""
+    generations, ids = [], [workflow_id]
+    while ids:
+        ids = [c for parent in ids for c in children_q.ongoing_child_ids(session, parent)]
+        generations.append(ids)
+    for generation in reversed(generations):
+        for child_id in generation:
+            queries.lock_workflow(session, child_id)
 
 
 def pause_workflow(workflow: Workflow) -> None:
@@ -117,6 +130,7 @@ def resume_workflow(workflow: Workflow) -> StepExecution | None:
     if current is not None:
         if current.state == ExecutionState.WAITING:
             signals.rendezvous(session, workflow, current)
+            children.rendezvous(session, workflow, current)
         elif current.state == ExecutionState.SCHEDULED:
             enqueue_after_commit(session, enqueued_step(workflow, current))
         session.flush()

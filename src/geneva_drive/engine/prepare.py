@@ -21,7 +21,7 @@ from geneva_drive.core.errors import StepNotDefinedError
 from geneva_drive.core.settings import Settings
 from geneva_drive.core.states import ExecutionState, WorkflowState
 from geneva_drive.definition.workflow import as_workflow
-from geneva_drive.engine import outcomes, signals, writer
+from geneva_drive.engine import children, outcomes, signals, writer
 from geneva_drive.engine.run_options import RunOptions
 from geneva_drive.engine.step_errors import STEP_ERRORS, error_plan
 from geneva_drive.storage import queries
@@ -179,7 +179,10 @@ def _prepare(
         return Ended()
     # A signal timeout's timer row resolves its parked execution; it has no body to run.
     if execution.is_timer:
-        signals.fire_timeout(session, workflow, execution, now)
+        if children.times_fan_in(workflow, execution):
+            children.fire_timeout(session, workflow, execution, now)
+        else:
+            signals.fire_timeout(session, workflow, execution, now)
         return Ended()
     return guards_and_start(session, workflow, execution, options, now)
 
@@ -239,12 +242,15 @@ def guards_and_start(
         if until is not None and until > now:
             writer.defer(session, workflow, execution, until)
             return Ended()
-    # 8. The signal gate: proceed with an attached signal, or park.
+    # 8. The signal gate: proceed with an attached signal, or park. The fan-in gate: run
+    #    once enough children ended, raise ChildFailed if one was canceled, or park.
     signal = None
     if step_def.waits_for_signal:
         signal = signals.gate(session, workflow, execution, step_def)
         if signal is None:
             return Ended()
+    if step_def.waits_for_children and not children.gate(session, workflow, execution, step_def):
+        return Ended()
     # 9. Start, under the locks phase 1 holds.
     started = writer.lease_columns(now, options.worker_id, options.lease)
     writer.start(session, workflow, execution, step_def, now, started)

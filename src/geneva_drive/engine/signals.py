@@ -456,22 +456,39 @@ def _arm_timeout(
     now: datetime,
 ) -> None:
     assert step_def.timeout is not None
+    arm_timer(session, workflow, execution, step_def, now + step_def.timeout, step_def.on_timeout)
+
+
+def arm_timer(
+    session: Session,
+    workflow: Workflow,
+    execution: StepExecution,
+    step_def: StepDefinition,
+    due: datetime,
+    on_timeout: str | None = None,
+) -> StepExecution:
+    """Insert the timer of the parked ``execution``, due at ``due`` (see the module's
+    docstring; ``children`` arms one for ``children_timeout`` too)."""
     # The parked row must leave the one-active index before the timer enters it.
     session.flush()
     options = workflow.merged_job_options(step_def)
+    metadata: dict[str, Any] = {TIMEOUT_FOR: execution.id}
+    if on_timeout is not None:
+        metadata["on_timeout"] = on_timeout
     timer = StepExecution(
         workflow_id=workflow.id,
         step_name=execution.step_name,
         state=ExecutionState.SCHEDULED,
-        scheduled_for=now + step_def.timeout,
+        scheduled_for=due,
         queue=options.get("queue") or "default",
         priority=options.get("priority") or 0,
-        metadata_json={TIMEOUT_FOR: execution.id, "on_timeout": step_def.on_timeout},
+        metadata_json=metadata,
     )
     session.add(timer)
     session.flush()
     execution.write_metadata(TIMER_KEY, timer.id)
     _enqueue(session, workflow, timer, step_def)
+    return timer
 
 
 def _enqueue(

@@ -22,7 +22,7 @@ row it scheduled itself and nobody needs waking.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -136,20 +136,33 @@ def create(
     allow_multiple: bool,
     step_job_options: dict[str, Any] | None,
     scheduled_tick: datetime | None = None,
+    parent: tuple[int, str] | None = None,
+    find_child: Callable[[], W | None] | None = None,
 ) -> W:
     """``Workflow.create``: everything checked first, then one INSERT per row (PostgreSQL:
-    one statement), the wake-up queued with the caller's commit. ``scheduled_tick``: the
-    schedule tick it is created for (``engine.schedules``), in its uniquely indexed column."""
+    one statement), the wake-up queued with the caller's commit.
+
+    ``scheduled_tick``: the schedule tick it is created for (``engine.schedules``), in its
+    uniquely indexed column. ``parent``: (parent id, key) of a child
+    (``children.start_child``). A child refused by the unique index over them was started by a
+    concurrent run of the same step, which ``find_child`` returns (the database waited for it
+    to commit).
+    """
     _check_creatable(cls, session)
     hero_type, hero_id = hero_key(cls, session, hero)
     start, now = _planned(cls, session, allow_multiple, step_job_options)
     row = {**start.workflow, "hero_type": hero_type, "hero_id": hero_id}
     if scheduled_tick is not None:
         row["scheduled_tick"] = scheduled_tick
+    if parent is not None:
+        row["parent_id"], row["child_key"] = parent
     connection = connection_of(session)
     notify, notified = wake_for_start(session, start.queue, start.due)
     ids = starter_for(connection).insert_one(connection, row, start.first, notify)
     if ids is None:
+        found = find_child() if find_child is not None else None
+        if found is not None:
+            return found
         raise _already_ongoing(cls, session, row)
     if notify is not None:
         note_woken(session, notify)
@@ -157,7 +170,9 @@ def create(
     mapper = sa_inspect(cls)
     if not mapper.configured:  # a class defined since the last ORM use: set it up first
         configure_mappers()
-    workflow: W = as_inserted(session, mapper, {**row, "id": workflow_id})
+    # The counters' server default, known without reading it back.
+    fresh = {"id": workflow_id, "children_started": 0, "children_ended": 0, "children_failed": 0}
+    workflow: W = as_inserted(session, mapper, {**row, **fresh})
     if hero is not None:
         workflow.__dict__["_gd_hero"] = hero
     # The new row is ours alone until commit: a later lock in this transaction (a signal()

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session, object_session
 from geneva_drive.core.errors import AdminInputError
 from geneva_drive.core.states import ONGOING_WORKFLOW_STATES
 from geneva_drive.definition.ports import StartResult
-from geneva_drive.engine import operations, signals, starting
+from geneva_drive.engine import children, operations, signals, starting
 from geneva_drive.storage.queries import admin as q
 
 if TYPE_CHECKING:
@@ -63,6 +63,17 @@ class EngineVerbs:
             step_job_options=step_job_options,
             raise_on_conflict=raise_on_conflict,
         )
+
+    def start_child(
+        self,
+        parent: Workflow,
+        cls: type[W],
+        *,
+        key: str,
+        hero: Any,
+        allow_multiple: bool,
+    ) -> W:
+        return children.start_child(parent, cls, key=key, hero=hero, allow_multiple=allow_multiple)
 
     def signal(
         self,

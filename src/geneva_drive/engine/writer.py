@@ -27,12 +27,14 @@ from geneva_drive.core.errors import StepNotDefinedError
 from geneva_drive.core.settings import settings_of
 from geneva_drive.core.states import (
     ACTIVE_EXECUTION_STATES,
+    TERMINAL_WORKFLOW_STATES,
     ExecutionState,
     Outcome,
     WorkflowState,
     check_step_transition,
     check_workflow_transition,
 )
+from geneva_drive.definition.workflow import Workflow, as_workflow
 from geneva_drive.engine import scheduling, state_log
 from geneva_drive.engine.outcomes import (
     ErrorRecord,
@@ -41,6 +43,7 @@ from geneva_drive.engine.outcomes import (
     Settle,
     ended_columns,
     for_disarmed_timer,
+    for_operator_cancel,
     moved_columns,
 )
 from geneva_drive.engine.wakeups import enqueue_after_commit, enqueued_step
@@ -48,13 +51,13 @@ from geneva_drive.storage import queries
 from geneva_drive.storage.dialects import dialect_named
 from geneva_drive.storage.limits import MAX_ERROR_CLASS
 from geneva_drive.storage.models import Signal, StepExecution
+from geneva_drive.storage.queries import children as children_q
 from geneva_drive.storage.queries.signals import TIMER_KEY
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Dialect
 
     from geneva_drive.definition.steps import StepDefinition
-    from geneva_drive.definition.workflow import Workflow
 
 
 # -- executions ------------------------------------------------------------------------------
@@ -151,12 +154,31 @@ def move(workflow: Workflow, state: WorkflowState, now: datetime, *, guarded: bo
     """Move the workflow to ``state``; paused, finished and canceled stamp ``transitioned_at``.
 
     ``guarded=False`` is for operator verbs, which check the state themselves and may act on
-    a paused workflow; the executor's moves are held to the transition table.
+    a paused workflow; the executor's moves are held to the transition table. A workflow
+    that ends tells its parent, and a canceled one cancels its children (:func:`_ended`).
     """
     if guarded:
         check_workflow_transition(workflow.state, state)
+    ends = state in TERMINAL_WORKFLOW_STATES and workflow.state not in TERMINAL_WORKFLOW_STATES
     for key, value in moved_columns(workflow.state, state, now).items():
         setattr(workflow, key, value)
+    if ends:
+        _ended(workflow, state, now)
+
+
+def cancel_now(
+    session: Session, workflow: Workflow, now: datetime, *, by_operator: bool = False
+) -> None:
+    """Cancel an ongoing workflow (lock held): its scheduled or waiting execution ends
+    canceled; an in-progress one belongs to its worker, whose phase 3 sees "canceled".
+    ``by_operator``: a verb's cancel, logged as such when no plan logs it."""
+    current = queries.current_execution(session, workflow.id)
+    if current is not None and current.state != ExecutionState.IN_PROGRESS:
+        apply(session, workflow, current, for_operator_cancel(), now, guarded=False)
+    else:
+        move(workflow, WorkflowState.CANCELED, now, guarded=False)
+        if by_operator:
+            state_log.by_operator(workflow, WorkflowState.CANCELED)
 
 
 def advance(
@@ -461,6 +483,111 @@ def cancel_timeout(session: Session, parked: StepExecution, now: datetime) -> No
     if timer is not None:
         end(timer, for_disarmed_timer(), now)
         session.flush()
+
+
+# -- children: an ending reaches the parent, a cancel the children ----------------------------
+
+
+def _ended(workflow: Workflow, state: WorkflowState, now: datetime) -> None:
+    """``workflow`` has just ended (its lock held): cancel its ongoing children if it was
+    canceled, then count it on its parent and wake the parent's fan-in step if enough
+    children have ended — in this transaction, so it happens exactly when the end commits."""
+    if workflow.children_started == 0 and workflow.parent_id is None:
+        return  # neither parent nor child: the usual case costs nothing
+    session = workflow.session
+    # Out before anything reads it back: a child's end re-reads its parent (this row).
+    session.flush()
+    if state == WorkflowState.CANCELED:
+        cancel_children(session, workflow, now)
+    if workflow.parent_id is not None:
+        _count_on_parent(session, workflow, state, now)
+
+
+def cancel_children(session: Session, parent: Workflow, now: datetime) -> None:
+    """Cancel every ongoing child of a canceled parent, each under its own lock (unless its
+    class says ``cancel_children = False``).
+
+    Lock order: a child's end locks the child, then its parent; this locks the parent, then
+    each child. Where both meet, the database breaks the deadlock and the loser runs again
+    (a step's transient error). ``operations.cancel_workflow`` avoids it for the operator's
+    cancel by locking the descendants before the parent.
+    """
+    if not type(parent).cancel_children or not parent.children_started:
+        return
+    for child_id in children_q.ongoing_child_ids(session, parent.id):
+        child = as_workflow(queries.lock_workflow(session, child_id))
+        if child is None or child.state in TERMINAL_WORKFLOW_STATES:
+            continue
+        child.logger.info("canceled with its parent %s id=%s", type(parent).__name__, parent.id)
+        cancel_now(session, child, now)
+
+
+def _count_on_parent(
+    session: Session, child: Workflow, state: WorkflowState, now: datetime
+) -> None:
+    """One more child of the parent ended: one UPDATE of the parent's counters, whatever the
+    number of children. Then, only if a fan-in step of the parent's class may now run (or
+    this child was canceled), wake its parked step.
+
+    The UPDATE holds the parent's row lock until commit, as the gate does while it reads the
+    counters and parks: whichever comes second sees the other's write. A paused parent is
+    counted but not woken; ``resume()`` looks again (``children.rendezvous``), as it does for
+    a signal buffered while paused.
+    """
+    parent_id = child.parent_id
+    assert parent_id is not None
+    row = children_q.count_child_end(session, parent_id, failed=state == WorkflowState.CANCELED)
+    if row is None or row.state not in (WorkflowState.READY, WorkflowState.PERFORMING):
+        return  # the parent row is gone (housekeeping), or it is paused or ended
+    mapper = Workflow.__mapper__.polymorphic_map.get(row.type)
+    fan_ins = [d for d in mapper.class_.steps if d.waits_for_children] if mapper else []
+    if not row.children_failed and not any(
+        d.children_ready(row.children_started, row.children_ended) for d in fan_ins
+    ):
+        return  # nothing can run yet: the usual child end stops here
+    parent = as_workflow(queries.lock_workflow(session, parent_id))
+    if parent is not None:
+        wake_fan_in(session, parent, now)
+
+
+def wake_fan_in(session: Session, parent: Workflow, now: datetime) -> list[StepExecution]:
+    """Wake the parent's parked fan-in step if its children allow it to run (lock held)."""
+    woken = []
+    for execution in queries.parked_executions(session, parent.id):
+        step_def = type(parent).steps.named(execution.step_name)
+        if step_def is None or not step_def.waits_for_children:
+            continue
+        failed = bool(parent.children_failed)
+        if not failed and not step_def.children_ready(
+            parent.children_started, parent.children_ended
+        ):
+            continue
+        wake_parked(session, parent, execution, now)
+        parent.logger.info(
+            "step %r woken: %s of %s children ended%s (execution %s)",
+            execution.step_name,
+            parent.children_ended,
+            parent.children_started,
+            ", one canceled" if failed else "",
+            execution.id,
+        )
+        woken.append(execution)
+    return woken
+
+
+def wake_parked(
+    session: Session, workflow: Workflow, execution: StepExecution, now: datetime
+) -> None:
+    """``waiting → scheduled``, due now, for a parked row that no signal wakes (a fan-in step,
+    or its ``children_timeout`` timer firing); its timer is disarmed first, so the one-active
+    index admits it. Handed to a worker after commit."""
+    cancel_timeout(session, execution, now)
+    check_step_transition(execution.state, ExecutionState.SCHEDULED)
+    execution.state = ExecutionState.SCHEDULED
+    execution.scheduled_for = now
+    execution.waiting_since = None
+    session.flush()
+    enqueue_after_commit(session, enqueued_step(workflow, execution))
 
 
 # -- errors as stored ------------------------------------------------------------------------

@@ -76,6 +76,7 @@ def only_on(index: Index, dialects: tuple[str, ...]) -> Index:
     return index.ddl_if(callable_=on_these_dialects)
 
 
+CHILD_INDEX = "ix_geneva_drive_workflows_child"
 TIMEOUT_FOR = "timeout_for"  # on a timer row: the id of the parked execution it times out
 # A W3C traceparent is 55 characters ("00-<trace id>-<span id>-<flags>"); room for a version 01.
 TRACE_CONTEXT_SIZE = 128
@@ -139,6 +140,16 @@ def _workflow_indexes() -> tuple[Index, ...]:
         # sends the id alone, so the id leads; (hero_type, hero_id) lookups use both columns.
         # One index either way, so no write pays for the search. Migration 0009.
         Index("ix_geneva_drive_workflows_hero", "hero_id", "hero_type"),
+        # A child's identity: one per (parent, key), so a retried step that starts it again
+        # finds it instead of starting a second. Over children only where indexes can be
+        # partial; on MySQL/MariaDB over every row (NULLs never collide). Migration 0012.
+        *_where_index(
+            CHILD_INDEX,
+            ("parent_id", "child_key"),
+            "parent_id IS NOT NULL",
+            ("parent_id", "child_key"),
+            unique=True,
+        ),
         # One ongoing workflow per (class, hero): the database is the arbiter under races.
         # MySQL/MariaDB: a unique generated column instead (see MYSQL_UNIQUE_KEYS).
         only_on(
@@ -299,11 +310,22 @@ workflows_table = Table(
     Column("created_at", UTCDateTime(), nullable=False, default=_now),
     Column("updated_at", UTCDateTime(), nullable=False, default=_now, onupdate=_now),
     # The W3C traceparent active at create() (OpenTelemetry): the steps' spans continue it.
-    # Last, where migration 0010 added it.
+    # After the timestamps, where migration 0010 added it (the later columns follow it).
     Column("trace_context", String(TRACE_CONTEXT_SIZE)),
     # The tick of its class's schedule this workflow was created for (None: created by
     # create()); unique per class. Migration 0011 added it at the end of the table.
     Column("scheduled_tick", UTCDateTime()),
+    # Child workflows (migration 0012): a child's parent and its key among the parent's
+    # children — its identity, unique per parent — and, on a parent, how many children it
+    # started, how many ended (finished or canceled) and how many of those were canceled. The
+    # counters make the fan-in one row update per child, whatever the number of children
+    # (engine.children). A server default only: a Python-side one would put them into the
+    # bulk start's INSERT … SELECT.
+    Column("parent_id", Id),
+    Column("child_key", String(255)),
+    Column("children_started", Integer, nullable=False, server_default=text("0")),
+    Column("children_ended", Integer, nullable=False, server_default=text("0")),
+    Column("children_failed", Integer, nullable=False, server_default=text("0")),
     *_workflow_indexes(),
     **MYSQL_TABLE_OPTIONS,
 )
@@ -329,6 +351,11 @@ class WorkflowColumns:
     updated_at: Mapped[datetime]
     trace_context: Mapped[str | None]
     scheduled_tick: Mapped[datetime | None]
+    parent_id: Mapped[int | None]
+    child_key: Mapped[str | None]
+    children_started: Mapped[int]
+    children_ended: Mapped[int]
+    children_failed: Mapped[int]
 
 
 if TYPE_CHECKING:

@@ -5,8 +5,10 @@ index; a unique generated column on MySQL/MariaDB). A start that loses to it mus
 caller's transaction usable and say so per workflow, without a savepoint's two round trips:
 
 - PostgreSQL and SQLite: ``INSERT … ON CONFLICT DO NOTHING`` — a refused row is simply not
-  inserted (no error, so PostgreSQL does not abort the transaction). The only unique key of
-  the table besides the primary key is that index, so the untargeted form is exact.
+  inserted (no error, so PostgreSQL does not abort the transaction). The table's unique keys
+  besides the primary key are that index and a child's ``(parent_id, child_key)``, which only
+  a child's start sets — and it looks for the child of that key when refused — so the
+  untargeted form is exact.
   PostgreSQL also waits for an uncommitted competitor and then decides, as a plain INSERT
   would. There, ``create()`` is one statement: the workflow's INSERT, its first execution's
   INSERT and (when the caller's commit is to wake workers) ``pg_notify`` as data-modifying
