@@ -53,6 +53,7 @@ from geneva_drive.storage.queries.dispatch import (
     record_job_id,
 )
 from geneva_drive.storage.queries.executions import (
+    attempt_number,
     checkpoint_execution,
     complete_in_one_statement,
     consecutive_reattempt_count,
@@ -88,6 +89,7 @@ from geneva_drive.storage.queries.workflows import find_ongoing_duplicate
 __all__ = [
     "Handover",
     "NextClaim",
+    "attempt_number",
     "checkpoint_execution",
     "claim_due_execution",
     "claim_execution",
