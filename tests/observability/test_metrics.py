@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 import socket
 import subprocess
 import sys
@@ -125,6 +126,24 @@ def test_a_lease_recovery_is_counted_by_reason(session, registry, clock, gd):
 
     labels = {"workflow": "MetricTwoSteps", "reason": "lease_expired"}
     assert registry.get_sample_value("geneva_drive_recoveries_total", labels) == 1
+
+
+def test_a_rolled_back_recovery_is_neither_counted_nor_logged(session, registry, clock, gd, caplog):
+    from geneva_drive.engine.recovery import recover_execution
+    from geneva_drive.storage.db import session_factory
+    from geneva_drive.testing import crash_next_step
+
+    wf = _start(session, MetricTwoSteps)
+    execution_id = crash_next_step(wf, worker_id="gone", lease=timedelta(seconds=30)).id
+    clock.advance(timedelta(minutes=1))
+
+    with caplog.at_level(logging.INFO, logger="geneva_drive"), session_factory(gd)() as other:
+        assert recover_execution(other, execution_id, reason="lease_expired")
+        other.rollback()
+
+    labels = {"workflow": "MetricTwoSteps", "reason": "lease_expired"}
+    assert registry.get_sample_value("geneva_drive_recoveries_total", labels) is None
+    assert not [r for r in caplog.records if "recovering" in r.getMessage()]
 
 
 # -- a running worker ------------------------------------------------------------------------

@@ -204,7 +204,7 @@ def apply(
         settle_signal_for_skipped(session, execution)
     if plan.workflow is not None:
         move(workflow, plan.workflow, now, guarded=guarded)
-    state_log.planned(workflow, execution, plan, was, error)
+    state_log.planned(session, workflow, execution, plan, was, error)
     workflow.current_step_name = None
     if plan.next is Next.NOTHING:
         return None
