@@ -146,6 +146,35 @@ def test_a_rolled_back_recovery_is_neither_counted_nor_logged(session, registry,
     assert not [r for r in caplog.records if "recovering" in r.getMessage()]
 
 
+def test_the_housekeeping_gauges_reach_the_registry_install_was_given(session, registry, gd):
+    from geneva_drive.runtime import housekeeping
+
+    _start(session, MetricTwoSteps)
+    _start(session, MetricTwoSteps)
+
+    housekeeping.run(gd)  # no registry= of its own
+
+    assert registry.get_sample_value("geneva_drive_ready", {"workflow": "MetricTwoSteps"}) == 2
+
+
+def test_the_overview_and_the_gauges_read_one_query(session, gd, monkeypatch):
+    from geneva_drive import admin
+    from geneva_drive.runtime import housekeeping
+    from geneva_drive.storage.queries import admin as admin_queries
+
+    rows = [("Shop", "ready", 7), ("Shop", "paused", 3), ("Shop", "finished", 11)]
+    monkeypatch.setattr(admin_queries, "workflow_counts", lambda _session, _since: rows)
+
+    stats = admin.stats(session)
+    gauges = {(name, tags.get("workflow")): v for name, v, tags in housekeeping.gauges(gd)}
+
+    assert stats.by_class_state == (("Shop", "paused", 3), ("Shop", "ready", 7))
+    assert stats.finished_last_hour == 11
+    assert gauges[("geneva_drive.ready", "Shop")] == 7
+    assert gauges[("geneva_drive.paused", "Shop")] == 3
+    assert gauges[("geneva_drive.finished_last_hour", "Shop")] == 11
+
+
 # -- a running worker ------------------------------------------------------------------------
 
 

@@ -75,7 +75,6 @@ from geneva_drive.storage.queries.housekeeping import (
     stuck_in_progress_ids,
     stuck_scheduled_ids,
     waiting_counts,
-    workflow_counts,
 )
 from geneva_drive.storage.queries.signals import (
     executions_attached_to,
@@ -134,6 +133,5 @@ __all__ = [
     "try_housekeeping_lock",
     "unconsumed_signals",
     "waiting_counts",
-    "workflow_counts",
     "write_through",
 ]
