@@ -7,9 +7,11 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from sqlalchemy import update
 
 from geneva_drive import Workflow, admin, resumable_step
 from geneva_drive.admin import AdminNotFound
+from geneva_drive.storage.models import workflows_table
 from geneva_drive.testing import perform_next_step
 from tests.admin.apps import AdminFlaky, AdminRetries, AdminThreeSteps, AdminWaits
 from tests.support.app import Order
@@ -174,3 +176,30 @@ def test_a_waiting_workflow_says_since_when_it_waits_in_show_and_in_find(session
     assert parked.waiting_since == parked_at
     since = {item.id: item.waiting_since for item in page.items}
     assert since == {wf.id: parked_at, other.id: None}
+
+
+TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+def _store_trace_context(session, workflow_id: int, traceparent: str | None) -> None:
+    session.execute(
+        update(workflows_table)
+        .where(workflows_table.c.id == workflow_id)
+        .values(trace_context=traceparent)
+    )
+    session.commit()
+
+
+def test_show_gives_the_trace_id_of_the_traceparent_stored_with_the_workflow(session, make):
+    wf = make(AdminThreeSteps)
+    _store_trace_context(session, wf.id, TRACEPARENT)
+
+    assert admin.show(session, wf.id).trace_id == "4bf92f3577b34da6a3ce929d0e0e4736"
+
+
+def test_show_gives_no_trace_id_when_none_or_a_malformed_one_was_stored(session, make):
+    wf = make(AdminThreeSteps)
+    assert admin.show(session, wf.id).trace_id is None
+
+    _store_trace_context(session, wf.id, "00-not-hex-01")
+    assert admin.show(session, wf.id).trace_id is None

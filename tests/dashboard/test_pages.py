@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import re
 
-from sqlalchemy import select
+from sqlalchemy import select, text
 
 from geneva_drive import Signal, Workflow, admin
 from geneva_drive.dashboard.format import timestamp
@@ -329,3 +329,20 @@ def test_the_workflow_page_shows_a_reattempted_executions_error_inline(client_fo
     line = re.search(r'<p class="error-line" data-error>(.*?)</p>', html, re.S)
     assert line is not None
     assert "ConnectionError" in line.group(1) and "gateway busy, try later" in line.group(1)
+
+
+def test_the_workflow_page_shows_the_trace_id_stored_with_the_workflow(
+    client_for, session, scenario
+):
+    session.execute(
+        text("UPDATE geneva_drive_workflows SET trace_context = :tp WHERE id = :id"),
+        {"tp": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "id": scenario.failed},
+    )
+    session.commit()
+    client = client_for()
+
+    traced = client.get(f"/workflows/{scenario.failed}").text
+    untraced = client.get(f"/workflows/{scenario.waiting}").text
+
+    assert re.search(r"<dt>Trace</dt><dd[^>]*>\s*4bf92f3577b34da6a3ce929d0e0e4736", traced)
+    assert "<dt>Trace</dt>" not in untraced

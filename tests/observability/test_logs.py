@@ -139,6 +139,43 @@ def test_an_operators_pause_and_cancel_are_logged_once_each(session, caplog):
     assert all(_fields(r)["workflow_id"] == wf.id for r in _changes(caplog))
 
 
+def test_a_rolled_back_pause_logs_nothing(session, caplog):
+    wf = _start(session, LogPolicyPause)
+
+    with caplog.at_level(logging.INFO, logger="geneva_drive"):
+        wf.pause()
+        session.rollback()
+
+    assert _changes(caplog) == []
+
+
+def test_an_operators_pause_is_logged_when_its_transaction_commits_not_before(session, caplog):
+    wf = _start(session, LogPolicyPause)
+
+    with caplog.at_level(logging.INFO, logger="geneva_drive"):
+        wf.pause()
+        before_commit = list(_changes(caplog))
+        session.commit()
+
+    assert before_commit == []
+    assert [_fields(r)["transition"] for r in _changes(caplog)] == ["paused"]
+
+
+def test_a_cancel_rolled_back_to_a_savepoint_logs_nothing_but_the_outer_pause_is_logged(
+    session, caplog
+):
+    wf = _start(session, LogPolicyPause)
+
+    with caplog.at_level(logging.INFO, logger="geneva_drive"):
+        wf.pause()
+        savepoint = session.begin_nested()
+        wf.cancel()
+        savepoint.rollback()
+        session.commit()
+
+    assert [_fields(r)["transition"] for r in _changes(caplog)] == ["paused"]
+
+
 def test_a_step_missing_from_the_code_is_logged_as_the_pause_reason(session, caplog, clock):
     wf = _start(session, LogPolicyPause)
     execution = current(session, wf)

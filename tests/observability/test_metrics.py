@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 import socket
 import subprocess
 import sys
@@ -125,6 +126,53 @@ def test_a_lease_recovery_is_counted_by_reason(session, registry, clock, gd):
 
     labels = {"workflow": "MetricTwoSteps", "reason": "lease_expired"}
     assert registry.get_sample_value("geneva_drive_recoveries_total", labels) == 1
+
+
+def test_a_rolled_back_recovery_is_neither_counted_nor_logged(session, registry, clock, gd, caplog):
+    from geneva_drive.engine.recovery import recover_execution
+    from geneva_drive.storage.db import session_factory
+    from geneva_drive.testing import crash_next_step
+
+    wf = _start(session, MetricTwoSteps)
+    execution_id = crash_next_step(wf, worker_id="gone", lease=timedelta(seconds=30)).id
+    clock.advance(timedelta(minutes=1))
+
+    with caplog.at_level(logging.INFO, logger="geneva_drive"), session_factory(gd)() as other:
+        assert recover_execution(other, execution_id, reason="lease_expired")
+        other.rollback()
+
+    labels = {"workflow": "MetricTwoSteps", "reason": "lease_expired"}
+    assert registry.get_sample_value("geneva_drive_recoveries_total", labels) is None
+    assert not [r for r in caplog.records if "recovering" in r.getMessage()]
+
+
+def test_the_housekeeping_gauges_reach_the_registry_install_was_given(session, registry, gd):
+    from geneva_drive.runtime import housekeeping
+
+    _start(session, MetricTwoSteps)
+    _start(session, MetricTwoSteps)
+
+    housekeeping.run(gd)  # no registry= of its own
+
+    assert registry.get_sample_value("geneva_drive_ready", {"workflow": "MetricTwoSteps"}) == 2
+
+
+def test_the_overview_and_the_gauges_read_one_query(session, gd, monkeypatch):
+    from geneva_drive import admin
+    from geneva_drive.runtime import housekeeping
+    from geneva_drive.storage.queries import admin as admin_queries
+
+    rows = [("Shop", "ready", 7), ("Shop", "paused", 3), ("Shop", "finished", 11)]
+    monkeypatch.setattr(admin_queries, "workflow_counts", lambda _session, _since: rows)
+
+    stats = admin.stats(session)
+    gauges = {(name, tags.get("workflow")): v for name, v, tags in housekeeping.gauges(gd)}
+
+    assert stats.by_class_state == (("Shop", "paused", 3), ("Shop", "ready", 7))
+    assert stats.finished_last_hour == 11
+    assert gauges[("geneva_drive.ready", "Shop")] == 7
+    assert gauges[("geneva_drive.paused", "Shop")] == 3
+    assert gauges[("geneva_drive.finished_last_hour", "Shop")] == 11
 
 
 # -- a running worker ------------------------------------------------------------------------

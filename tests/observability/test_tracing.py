@@ -14,7 +14,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 from sqlalchemy.orm import Session
 
-from geneva_drive import Workflow, immediate_transactions, step
+from geneva_drive import Workflow, admin, immediate_transactions, step
 from geneva_drive.runtime.configure import configure, configured
 from geneva_drive.testing import perform_next_step, speedrun
 from tests.observability.traced_app import TracedOrder
@@ -27,6 +27,19 @@ class TracedFails(Workflow):
     @step
     def charge(self) -> None:
         raise ValueError("card declined")
+
+
+class TracedFlaky(Workflow):
+    """``charge`` raises on its first two runs and is reattempted."""
+
+    may_proceed_without_hero = True
+    runs = 0
+
+    @step(on_exception="reattempt")
+    def charge(self) -> None:
+        TracedFlaky.runs += 1
+        if TracedFlaky.runs <= 2:
+            raise ConnectionError("gateway busy")
 
 
 @pytest.fixture
@@ -174,3 +187,23 @@ def _worker_spans(path: Path) -> list[dict]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def test_a_steps_span_carries_its_attempt_number_as_the_timeline_counts_it(session, spans):
+    TracedFlaky.runs = 0
+    wf = TracedFlaky.create(session)
+    session.commit()
+    for _ in range(3):
+        perform_next_step(wf, raise_errors=False)
+
+    attempts = [dict(s.attributes)["geneva_drive.attempt"] for s in _steps(spans)]
+    timeline = [e.attempt for e in admin.show(session, wf.id).executions]
+    assert attempts == [1, 2, 3] == timeline
+
+
+def test_show_gives_the_trace_id_of_the_request_that_created_the_workflow(session, spans):
+    with _request(spans, "POST /orders") as request:
+        wf = TracedOrder.create(session)
+        session.commit()
+
+    assert admin.show(session, wf.id).trace_id == f"{request.get_span_context().trace_id:032x}"

@@ -550,3 +550,29 @@ def test_a_signal_no_step_waits_for_is_refused_with_exit_1_naming_what_the_class
     assert allowed.exit_code == 0, allowed.output
     signals = invoke_json(installed_database_url, "show", str(workflow.id))["signals"]
     assert [s["name"] for s in signals] == ["escalated"]
+
+
+def test_show_names_the_trace_id_stored_with_the_workflow_in_text_and_json(
+    session, installed_database_url
+):
+    paused = _paused(session)
+    session.execute(
+        text("UPDATE geneva_drive_workflows SET trace_context = :tp WHERE id = :id"),
+        {"tp": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "id": paused.id},
+    )
+    session.commit()
+
+    out = invoke(installed_database_url, "show", str(paused.id)).stdout
+    timeline = invoke_json(installed_database_url, "show", str(paused.id))
+
+    assert "trace 4bf92f3577b34da6a3ce929d0e0e4736" in out
+    assert timeline["trace_id"] == "4bf92f3577b34da6a3ce929d0e0e4736"
+
+
+def test_show_of_a_workflow_without_a_trace_says_nothing_of_traces(session, installed_database_url):
+    paused = _paused(session)
+
+    out = invoke(installed_database_url, "show", str(paused.id)).stdout
+
+    assert "trace" not in out
+    assert invoke_json(installed_database_url, "show", str(paused.id))["trace_id"] is None

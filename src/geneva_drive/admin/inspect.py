@@ -14,6 +14,7 @@ from geneva_drive.admin.family import Family, family
 from geneva_drive.admin.find import WorkflowSummary, summaries
 from geneva_drive.core.errors import AdminInputError, AdminNotFound
 from geneva_drive.core.states import ExecutionState, Outcome
+from geneva_drive.engine import tracing
 from geneva_drive.storage import serialization
 from geneva_drive.storage.models import TIMEOUT_FOR
 from geneva_drive.storage.queries import admin as q
@@ -86,6 +87,9 @@ class Timeline:
     wait_deadline: datetime | None
     truncated: bool = False  # only the newest ``max_executions`` executions are listed
     family: Family | None = None  # its parent and children, if it has either
+    # The OpenTelemetry trace its steps' spans belong to (32 hex digits): that of the request
+    # that created it, when one was being traced (``engine.tracing``); else None.
+    trace_id: str | None = None
 
 
 def show(session: Session, workflow_id: int, *, max_executions: int = 1000) -> Timeline:
@@ -130,6 +134,7 @@ def show(session: Session, workflow_id: int, *, max_executions: int = 1000) -> T
         wait_deadline=summary.wait_deadline,
         truncated=truncated,
         family=family(session, workflow_id),
+        trace_id=tracing.trace_id(row.trace_context),
     )
 
 

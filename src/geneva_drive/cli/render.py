@@ -120,6 +120,8 @@ def timeline(t: admin.Timeline) -> RenderableType:
         Text(f"hero: {_hero(wf) or '-'}   at step: {at or '-'}"),
         Text(f"created {when(wf.created_at)}   updated {when(wf.updated_at)}"),
     ]
+    if t.trace_id:
+        head.append(Text(f"trace {t.trace_id}"))
     if t.steps:
         head.append(Text("steps: " + " → ".join(f"[{s}]" if s == at else s for s in t.steps)))
     elif t.steps == ():

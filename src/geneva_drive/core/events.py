@@ -47,6 +47,7 @@ EVENTS = (
     "step",
     "finalize",
     "gauge",
+    "gauges",
     "housekeeping",
     "claim",
     "recovery",

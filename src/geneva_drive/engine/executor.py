@@ -158,7 +158,8 @@ def _perform(session: Session, prepared: Prepared, options: RunOptions, config: 
             workflow.__dict__.pop("_gd_hero", None)
 
     def body() -> Result:
-        with events.instrument("step", payload), tracing.step_span(prepared, config, payload):
+        span = tracing.step_span(session, prepared, config, payload)
+        with events.instrument("step", payload), span:
             try:
                 if step_def.resumable:
                     outcome: Result = run_resumable(

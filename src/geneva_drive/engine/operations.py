@@ -84,7 +84,7 @@ def pause_workflow(workflow: Workflow) -> None:
     if workflow.state not in (WorkflowState.READY, WorkflowState.PERFORMING):
         raise _refuse(workflow, "pause", "ready or performing")
     writer.move(workflow, WorkflowState.PAUSED, settings_of(session).clock.now(), guarded=False)
-    state_log.by_operator(workflow, WorkflowState.PAUSED)
+    state_log.by_operator(session, workflow, WorkflowState.PAUSED)
     session.flush()
 
 

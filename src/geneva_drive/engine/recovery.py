@@ -18,6 +18,7 @@ from geneva_drive.core.settings import Settings, settings, settings_of
 from geneva_drive.core.states import ExecutionState, WorkflowState
 from geneva_drive.definition.workflow import as_workflow
 from geneva_drive.engine import outcomes, writer
+from geneva_drive.engine.committed import after_commit
 from geneva_drive.storage import queries
 from geneva_drive.storage.db import session_factory
 
@@ -91,21 +92,22 @@ def recover_execution(
             "lease_owner": execution.lease_owner,
         },
     )
-    events.execution_logger(workflow, execution).warning(
-        "recovering %s execution (%s) with %s", execution.state, reason, action
-    )
+    logger, was = events.execution_logger(workflow, execution), str(execution.state)
+    counted = {
+        "workflow_class": type(workflow).__name__,
+        "step_name": execution.step_name,
+        "reason": reason if reason in RECOVERY_REASONS else "other",
+    }
     now = settings_of(session).clock.now()
     writer.apply(session, workflow, execution, plan, now, guarded=False)
     session.flush()
-    if events.active("recovery"):
-        events.emit(
-            "recovery",
-            {
-                "workflow_class": type(workflow).__name__,
-                "step_name": execution.step_name,
-                "reason": reason if reason in RECOVERY_REASONS else "other",
-            },
-        )
+
+    def tell() -> None:  # once committed: a recovery rolled back did not happen
+        logger.warning("recovering %s execution (%s) with %s", was, reason, action)
+        if events.active("recovery"):
+            events.emit("recovery", counted)
+
+    after_commit(session, tell)
     return True
 
 

@@ -5,17 +5,23 @@ with the workflow and step as context and, as fields, ``transition`` (the workfl
 after it) and ``reason`` (the plan's ``why``). A lease recovery is logged where it is decided
 (``recovery.recover_execution``). Failures an operator must act on are warnings; moves someone
 asked for (the step itself, an operator, a condition) are information.
+
+Each is told when its transaction commits (``engine.committed``): a pause rolled back was
+never a pause. The message is built when the change is made, from the rows as they are then.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from geneva_drive.core import events, text
 from geneva_drive.core.states import WorkflowState
+from geneva_drive.engine.committed import after_commit
 
 if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
     from geneva_drive.definition.workflow import Workflow
     from geneva_drive.engine.outcomes import Plan
     from geneva_drive.storage.models import StepExecution
@@ -26,6 +32,7 @@ _WARNINGS = ("policy", "reattempt_cap", "missing_code")
 
 
 def planned(
+    session: Session,
     workflow: Workflow,
     execution: StepExecution,
     plan: Plan,
@@ -40,19 +47,24 @@ def planned(
     if not ((now in _STOPPED and now != was) or why in _ALWAYS_TOLD):
         return
     level = logging.WARNING if why in _WARNINGS else logging.INFO
-    events.execution_logger(workflow, execution).log(
+    _tell(
+        session,
+        events.execution_logger(workflow, execution),
         level,
-        "%s",
         _message(why, now, execution, plan, error),
-        fields={"transition": str(now), "reason": why},
+        {"transition": str(now), "reason": why},
     )
 
 
-def by_operator(workflow: Workflow, state: WorkflowState) -> None:
+def by_operator(session: Session, workflow: Workflow, state: WorkflowState) -> None:
     """An operator verb paused or canceled ``workflow`` (without a plan: nothing to end)."""
-    events.workflow_logger(workflow).info(
-        "workflow %s by an operator", state, fields={"transition": str(state), "reason": "operator"}
-    )
+    fields = {"transition": str(state), "reason": "operator"}
+    message = f"workflow {state} by an operator"
+    _tell(session, events.workflow_logger(workflow), logging.INFO, message, fields)
+
+
+def _tell(session: Session, logger: Any, level: int, message: str, fields: dict[str, str]) -> None:
+    after_commit(session, lambda: logger.log(level, "%s", message, fields=fields))
 
 
 def _message(

@@ -21,8 +21,11 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from geneva_drive.core.settings import Settings
+from geneva_drive.storage import queries
 
 if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
     from geneva_drive.engine.prepare import Prepared
 
 TRACER_NAME = "geneva_drive"
@@ -79,6 +82,18 @@ def current_traceparent(config: Settings) -> str | None:
     return f"00-{context.trace_id:032x}-{context.span_id:016x}-{int(context.trace_flags):02x}"
 
 
+def trace_id(traceparent: str | None) -> str | None:
+    """The trace id (32 hex digits) of a stored W3C traceparent; None if none or malformed."""
+    parts = (traceparent or "").split("-")
+    if len(parts) != 4 or len(parts[1]) != 32:
+        return None
+    try:
+        valid = int(parts[1], 16) != 0
+    except ValueError:
+        return None
+    return parts[1].lower() if valid else None
+
+
 def _span_context(api: ModuleType, traceparent: str | None) -> Any:
     """The remote span context a stored traceparent stands for, or None if it is malformed."""
     parts = (traceparent or "").split("-")
@@ -93,19 +108,23 @@ def _span_context(api: ModuleType, traceparent: str | None) -> Any:
 
 
 def step_span(
-    prepared: Prepared, config: Settings, payload: dict[str, Any]
+    session: Session, prepared: Prepared, config: Settings, payload: dict[str, Any]
 ) -> AbstractContextManager[None]:
     """The span of one step execution's body; ``payload`` (the ``step`` event's) gives its
-    outcome and exception when the body ends. A shared no-op when tracing is off."""
+    outcome and exception when the body ends. A shared no-op when tracing is off.
+
+    ``session``: the step's, to count its attempt (one indexed read, only when tracing)."""
     tracer = _tracer(config)
     if tracer is None:
         return _OFF
-    return _StepSpan(tracer, prepared, payload)
+    return _StepSpan(tracer, session, prepared, payload)
 
 
 class _StepSpan:
-    def __init__(self, tracer: Any, prepared: Prepared, payload: dict[str, Any]) -> None:
-        self.tracer, self.prepared, self.payload = tracer, prepared, payload
+    def __init__(
+        self, tracer: Any, session: Session, prepared: Prepared, payload: dict[str, Any]
+    ) -> None:
+        self.tracer, self.session, self.prepared, self.payload = tracer, session, prepared, payload
         self.token: Any = None
         self.span: Any = None
 
@@ -124,6 +143,7 @@ class _StepSpan:
             "geneva_drive.workflow.id": identity["workflow_id"],
             "geneva_drive.execution.id": identity["execution_id"],
             "geneva_drive.step": identity["step_name"],
+            "geneva_drive.attempt": self._attempt(execution),
             "geneva_drive.queue": execution.queue or "default",
             "geneva_drive.hero.type": workflow.hero_type or "",
             "geneva_drive.hero.id": workflow.hero_id or "",
@@ -141,6 +161,11 @@ class _StepSpan:
             set_status_on_exception=False,
         )
         self.token = context_api.attach(api.set_span_in_context(self.span))
+
+    def _attempt(self, execution: Any) -> int:
+        # No autoflush: a flush of what a before-step hook changed belongs to the step's end.
+        with self.session.no_autoflush:
+            return queries.attempt_number(self.session, execution)
 
     def __exit__(self, *exc: Any) -> None:
         from opentelemetry import context as context_api

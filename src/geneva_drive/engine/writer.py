@@ -178,7 +178,7 @@ def cancel_now(
     else:
         move(workflow, WorkflowState.CANCELED, now, guarded=False)
         if by_operator:
-            state_log.by_operator(workflow, WorkflowState.CANCELED)
+            state_log.by_operator(session, workflow, WorkflowState.CANCELED)
 
 
 def advance(
@@ -235,7 +235,7 @@ def apply(
         settle_signal_for_skipped(session, execution)
     if plan.workflow is not None:
         move(workflow, plan.workflow, now, guarded=guarded)
-    state_log.planned(workflow, execution, plan, was, error)
+    state_log.planned(session, workflow, execution, plan, was, error)
     workflow.current_step_name = None
     if plan.next is Next.NOTHING:
         return None

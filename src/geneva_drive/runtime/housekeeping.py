@@ -41,6 +41,7 @@ from geneva_drive.core.states import TERMINAL_WORKFLOW_STATES, ExecutionState, W
 from geneva_drive.engine.recovery import sweep
 from geneva_drive.storage import queries
 from geneva_drive.storage.db import session_factory
+from geneva_drive.storage.queries import admin as admin_queries
 
 if TYPE_CHECKING:
     pass
@@ -122,7 +123,8 @@ def gauges(config: Settings | None = None) -> list[tuple[str, float, dict[str, s
     config = config or settings()
     now = config.clock.now()
     with session_factory(config)() as session, session.begin():
-        counts = queries.workflow_counts(session, now - RECENT_WINDOW)
+        # The overview's query (admin.stats): the dashboard and the gauges show one count.
+        counts = admin_queries.workflow_counts(session, now - RECENT_WINDOW)
         waiting = queries.waiting_counts(session)
         threshold = config.waiting_visibility_threshold
         overdue = (
@@ -133,7 +135,8 @@ def gauges(config: Settings | None = None) -> list[tuple[str, float, dict[str, s
     per_class: dict[str, int] = {}  # ongoing workflows, the paused ratio's denominator
     paused: dict[str, int] = {}
     named: list[tuple[str, str, int]] = []
-    for state, type_, count in counts:
+    for type_, state, number in counts:
+        count = int(number)
         terminal = state in TERMINAL_WORKFLOW_STATES
         name = f"geneva_drive.{state}{RECENT_SUFFIX if terminal else ''}"
         named.append((name, type_, count))
@@ -162,10 +165,13 @@ def gauges(config: Settings | None = None) -> list[tuple[str, float, dict[str, s
 def publish_gauges(
     values: list[tuple[str, float, dict[str, str]]], *, registry: Any = None
 ) -> None:
-    """Emit each gauge as a ``gauge`` event and, with prometheus-client installed, set it."""
+    """Emit each gauge as a ``gauge`` event, then all as one ``gauges`` event (which sets them
+    on every registry ``runtime.metrics.install()`` was given), and, with prometheus-client
+    installed, set them on ``registry`` (default: prometheus-client's global one)."""
     for name, value, tags in values:
         events.emit("gauge", {"name": name, "value": value, "tags": dict(tags)})
-    _prometheus(values, registry)
+    events.emit("gauges", {"values": list(values)})
+    set_prometheus_gauges(values, registry)
 
 
 # Our gauges per registry, held weakly by the registry itself: keyed by id() they were handed
@@ -173,7 +179,7 @@ def publish_gauges(
 _PROMETHEUS: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
 
 
-def _prometheus(values: list[tuple[str, float, dict[str, str]]], registry: Any) -> None:
+def set_prometheus_gauges(values: list[tuple[str, float, dict[str, str]]], registry: Any) -> None:
     """Per-class gauges only (``geneva_drive_<name>{workflow=…}``); totals are ``sum()``.
 
     Every run replaces the previous values, so a class that disappeared stops being reported.

@@ -7,8 +7,9 @@ Until it is called nothing is subscribed, so an event costs what it did without 
 
 Labels are bounded by the code, never by the data: workflow class, step, outcome, queue,
 recovery reason, signal delivery kind — no ids, no hero values. The housekeeping gauges
-(``geneva_drive_ready{workflow=…}`` and the rest) are set by each housekeeping pass on the
-registry it is given (``housekeeping.run(registry=…)``; the global one by default).
+(``geneva_drive_ready{workflow=…}`` and the rest) are set by each housekeeping pass in this
+process on every registry :func:`install` was given (its ``gauges`` event), and on the one
+``housekeeping.run(registry=…)`` is given (the global one by default).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from geneva_drive.core import events
 from geneva_drive.engine.leases import RunningExecutions
+from geneva_drive.runtime.housekeeping import set_prometheus_gauges
 
 # Step bodies run from milliseconds to minutes; queue lag from milliseconds to hours.
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900)
@@ -44,6 +46,7 @@ class Metrics:
     """The collectors on one registry, and the event subscriber that updates them."""
 
     def __init__(self, registry: CollectorRegistry, running: RunningExecutions | None) -> None:
+        self.registry = registry
         self.steps = Counter(
             "geneva_drive_steps",
             "Step executions run, by workflow class, step and outcome",
@@ -139,7 +142,11 @@ class Metrics:
             payload["workflow_class"], payload["step_name"], payload["on_timeout"]
         ).inc()
 
+    def _gauges(self, payload: dict[str, Any]) -> None:
+        set_prometheus_gauges(payload["values"], self.registry)
+
     _handlers: dict[str, Callable[[Metrics, dict[str, Any]], None]] = {
+        "gauges": _gauges,
         "step": _step,
         "claim": _claim,
         "recovery": _recovery,

@@ -53,6 +53,7 @@ from geneva_drive.storage.queries.dispatch import (
     record_job_id,
 )
 from geneva_drive.storage.queries.executions import (
+    attempt_number,
     checkpoint_execution,
     complete_in_one_statement,
     consecutive_reattempt_count,
@@ -74,7 +75,6 @@ from geneva_drive.storage.queries.housekeeping import (
     stuck_in_progress_ids,
     stuck_scheduled_ids,
     waiting_counts,
-    workflow_counts,
 )
 from geneva_drive.storage.queries.signals import (
     executions_attached_to,
@@ -88,6 +88,7 @@ from geneva_drive.storage.queries.workflows import find_ongoing_duplicate
 __all__ = [
     "Handover",
     "NextClaim",
+    "attempt_number",
     "checkpoint_execution",
     "claim_due_execution",
     "claim_execution",
@@ -132,6 +133,5 @@ __all__ = [
     "try_housekeeping_lock",
     "unconsumed_signals",
     "waiting_counts",
-    "workflow_counts",
     "write_through",
 ]

@@ -23,7 +23,7 @@ from sqlalchemy.orm.attributes import instance_state, set_committed_value
 
 from geneva_drive.core.states import ExecutionState, Outcome
 from geneva_drive.storage.dialects import dialect_of
-from geneva_drive.storage.models import StepExecution, WorkflowColumns
+from geneva_drive.storage.models import TIMEOUT_FOR, StepExecution, WorkflowColumns
 from geneva_drive.storage.queries._sql import SWEEPABLE, in_state, mapped_class, workflow_model
 from geneva_drive.storage.queries.bypass import (
     as_inserted,
@@ -325,6 +325,25 @@ def execution_history(session: Session, workflow_id: int) -> Sequence[StepExecut
         .execution_options(populate_existing=True)
     )
     return session.execute(stmt).scalars().all()
+
+
+def attempt_number(session: Session, execution: StepExecution) -> int:
+    """Which run of its step ``execution`` is in its workflow, counted as ``admin.show``'s
+    timeline does: the step's executions up to and including it by (created_at, id), timers
+    (rows that time a wait out) not counted. For a span's attribute, read only when tracing."""
+    stmt = select(StepExecution.metadata_json).where(
+        StepExecution.workflow_id == execution.workflow_id,
+        StepExecution.step_name == execution.step_name,
+        or_(
+            StepExecution.created_at < execution.created_at,
+            and_(
+                StepExecution.created_at == execution.created_at,
+                StepExecution.id <= execution.id,
+            ),
+        ),
+    )
+    runs = sum(1 for (meta,) in session.execute(stmt) if TIMEOUT_FOR not in (meta or {}))
+    return max(runs, 1)
 
 
 def consecutive_reattempt_count(session: Session, workflow_id: int, step_name: str) -> int:

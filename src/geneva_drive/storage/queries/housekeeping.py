@@ -14,7 +14,6 @@ from sqlalchemy import (
 from sqlalchemy.orm import Session
 
 from geneva_drive.core.states import (
-    ONGOING_WORKFLOW_STATES,
     TERMINAL_WORKFLOW_STATES,
     ExecutionState,
     WorkflowState,
@@ -141,26 +140,6 @@ def delete_old_workflows(session: Session, cutoff: datetime, limit: int) -> int:
     """Delete up to ``limit`` finished/canceled workflows older than ``cutoff`` (children first)."""
     table = workflow_model().__table__
     return _delete_batch(session, table, _old_terminal_workflow_ids(cutoff).limit(limit))
-
-
-def workflow_counts(session: Session, terminal_since: datetime) -> list[tuple[str, str, int]]:
-    """(state, type, count) of ongoing workflows, and of terminal ones since ``terminal_since``.
-
-    Ongoing (ready, performing, paused): all of them. Finished and canceled: only those whose
-    ``transitioned_at`` is at or after ``terminal_since``. Both halves are ranges of
-    ``ix_geneva_drive_workflows_state_transitioned`` — the ongoing states a prefix, the terminal
-    ones ``(state, transitioned_at >= since)`` — so the cost follows the work in flight and the
-    recent throughput, never the finished history kept until cleanup (counting every row was a
-    full scan of the table on every pass). One statement: ``UNION ALL`` of the two.
-    """
-    wf = workflow_model()
-    columns = (wf.state, wf.type, func.count())
-    ongoing = select(*columns).where(wf.state.in_(sorted(ONGOING_WORKFLOW_STATES)))
-    terminal = select(*columns).where(
-        wf.state.in_(sorted(TERMINAL_WORKFLOW_STATES)), wf.transitioned_at >= terminal_since
-    )
-    stmt = ongoing.group_by(wf.state, wf.type).union_all(terminal.group_by(wf.state, wf.type))
-    return [(row[0], row[1], int(row[2])) for row in session.execute(stmt)]
 
 
 def waiting_counts(session: Session, since_before: datetime | None = None) -> list[tuple[str, int]]:
