@@ -41,6 +41,7 @@ if TYPE_CHECKING:
         shutdown_requested,
     )
     from geneva_drive.core.states import ExecutionState, Outcome, WorkflowState
+    from geneva_drive.definition.limits import ConcurrencyLimit, RateLimit
     from geneva_drive.definition.matchers import SignalMatcher
     from geneva_drive.definition.policy import ExceptionPolicy, exponential_backoff
     from geneva_drive.definition.steps import (
@@ -67,6 +68,7 @@ if TYPE_CHECKING:
 # name is first used (PEP 562), so ``geneva-drive --version`` loads no SQLAlchemy and a script
 # that uses the DSL loads no Alembic. Every name still imports as ``from geneva_drive import X``.
 _EXPORTS: dict[str, str] = {
+    "ConcurrencyLimit": "geneva_drive.definition.limits",
     "CursorTooLargeError": "geneva_drive.core.errors",
     "DatabaseBackend": "geneva_drive.runtime.backends",
     "ExceptionPolicy": "geneva_drive.definition.policy",
@@ -77,6 +79,7 @@ _EXPORTS: dict[str, str] = {
     "InvalidStateError": "geneva_drive.core.errors",
     "InvalidStateTransition": "geneva_drive.core.errors",
     "Outcome": "geneva_drive.core.states",
+    "RateLimit": "geneva_drive.definition.limits",
     "SerializationError": "geneva_drive.core.errors",
     "Settings": "geneva_drive.core.settings",
     "Signal": "geneva_drive.storage.models",
@@ -149,6 +152,7 @@ provide_verbs(_engine_verbs)
 __version__ = "0.1.0"
 
 __all__ = [
+    "ConcurrencyLimit",
     "CursorTooLargeError",
     "DatabaseBackend",
     "ExceptionPolicy",
@@ -159,6 +163,7 @@ __all__ = [
     "InvalidStateError",
     "InvalidStateTransition",
     "Outcome",
+    "RateLimit",
     "SerializationError",
     "Settings",
     "Signal",

@@ -9,6 +9,7 @@ import pytest
 import geneva_drive
 
 EXPECTED_PUBLIC_NAMES = [
+    "ConcurrencyLimit",
     "CursorTooLargeError",
     "DatabaseBackend",
     "ExceptionPolicy",
@@ -19,6 +20,7 @@ EXPECTED_PUBLIC_NAMES = [
     "InvalidStateError",
     "InvalidStateTransition",
     "Outcome",
+    "RateLimit",
     "SerializationError",
     "Settings",
     "Signal",

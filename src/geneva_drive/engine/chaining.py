@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session
 from geneva_drive.core import events
 from geneva_drive.core.settings import Settings
 from geneva_drive.core.states import WorkflowState
+from geneva_drive.definition.limits import limits_of
 from geneva_drive.engine import outcomes, prepare, scheduling, writer
 from geneva_drive.engine.prepare import Prepared, execution_payload
 from geneva_drive.engine.run_options import RunOptions
@@ -112,7 +113,14 @@ def after_completion(workflow: Workflow, options: RunOptions, now: datetime) -> 
         return _AfterCompletion(None, finished, None, {})
     job_options = workflow.merged_job_options(following)
     queue = str(job_options.get("queue") or "default")
-    chain = options.chain is not None and not following.wait_delta and options.chain(queue)
+    # A limited step is left to an ordinary claim: this transaction may free a slot, and must
+    # then take no key lock of another (engine.limits: the lock order).
+    chain = (
+        options.chain is not None
+        and not following.wait_delta
+        and limits_of(type(workflow), following) is None
+        and options.chain(queue)
+    )
     direct = chain and _nothing_to_check(type(workflow), following)
     navigation = {
         **outcomes.moved_columns(
@@ -155,8 +163,13 @@ def hand_on(
 
 
 def _nothing_to_check(cls: type[Workflow], step_def: StepDefinition) -> bool:
-    """Whether phase 1 of ``step_def`` is certain to start it: no guard could decide otherwise."""
-    return cls.may_proceed_without_hero and _no_preconditions(cls, step_def)
+    """Whether phase 1 of ``step_def`` is certain to start it: no guard could decide otherwise,
+    and no limit could keep it waiting."""
+    return (
+        cls.may_proceed_without_hero
+        and _no_preconditions(cls, step_def)
+        and limits_of(cls, step_def) is None
+    )
 
 
 def _no_preconditions(cls: type[Workflow], step_def: StepDefinition) -> bool:
@@ -251,7 +264,7 @@ def claim_next(
     application error there never costs the finished workflow its outcome. Nothing is
     claimed once the worker is stopping. A timer row or a step the code does not define is
     left to an ordinary claim (declined: its lock goes with this commit), whose phase 1
-    resolves it as always.
+    resolves it as always; so is a step with limits (see :func:`after_completion`).
     """
     if options.should_exit is not None and options.should_exit():
         return None
@@ -262,8 +275,8 @@ def claim_next(
     assert locked is not None  # both rows were just claimed and locked
     workflow, execution = locked
     step_def = type(workflow).steps.named(execution.step_name)
-    if step_def is None or execution.is_timer:
-        return None
+    if step_def is None or execution.is_timer or limits_of(type(workflow), step_def) is not None:
+        return None  # a limited step too: see after_completion
     started = _start_chained(session, workflow, execution, step_def, options, now)
     if started is not None:
         started.claimed = True

@@ -511,3 +511,80 @@ class OperatorAction(Base):
             f"<OperatorAction workflow_id={self.workflow_id} action={self.action} "
             f"actor={self.actor!r}>"
         )
+
+
+# -- concurrency and rate limits (``engine.limits``, ``storage.queries.limits``) -------------
+
+LIMIT_KEYS = "geneva_drive_limit_keys"
+LIMIT_SLOTS = "geneva_drive_limit_slots"
+LIMIT_WAITERS = "geneva_drive_limit_waiters"
+RATE_STARTS = "geneva_drive_rate_starts"
+
+
+class LimitKey(Base):
+    """One row per limit key in use: the lock every taker and releaser of the key holds.
+
+    Its row lock serialises the check-then-take of a slot (or of a start in the rate window)
+    with the release-then-wake of another worker, so that a step parked as a waiter is never
+    left behind by a release that committed in between (a lost wake-up). ``kind``:
+    ``concurrency`` or ``rate``.
+    """
+
+    __tablename__ = LIMIT_KEYS
+
+    kind: Mapped[str] = mapped_column(String(16), primary_key=True)
+    key: Mapped[str] = mapped_column(String(255), primary_key=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+    __table_args__ = (MYSQL_TABLE_OPTIONS,)
+
+
+class LimitSlot(Base):
+    """A concurrency slot held by an in-progress execution: at most one row per (key, slot),
+    slots numbered below the limit, so the unique primary key itself caps the holders."""
+
+    __tablename__ = LIMIT_SLOTS
+
+    key: Mapped[str] = mapped_column(String(255), primary_key=True)
+    slot: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    execution_id: Mapped[int] = mapped_column(Id)
+    workflow_id: Mapped[int] = mapped_column(Id)
+    taken_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+    __table_args__ = (
+        Index("ix_geneva_drive_limit_slots_execution", "execution_id", unique=True),
+        MYSQL_TABLE_OPTIONS,
+    )
+
+
+class LimitWaiter(Base):
+    """A scheduled execution parked until a slot of ``key`` frees, woken in (priority,
+    since) order by the release."""
+
+    __tablename__ = LIMIT_WAITERS
+
+    execution_id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=False)
+    key: Mapped[str] = mapped_column(String(255))
+    priority: Mapped[int] = mapped_column(Integer)
+    since: Mapped[datetime] = mapped_column(UTCDateTime())
+
+    __table_args__ = (
+        Index("ix_geneva_drive_limit_waiters_key", "key", "priority", "since", "execution_id"),
+        MYSQL_TABLE_OPTIONS,
+    )
+
+
+class RateStart(Base):
+    """One start of a rate-limited step: the log a sliding window counts."""
+
+    __tablename__ = RATE_STARTS
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    key: Mapped[str] = mapped_column(String(255))
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    execution_id: Mapped[int] = mapped_column(Id)
+
+    __table_args__ = (
+        Index("ix_geneva_drive_rate_starts_key", "key", "started_at"),
+        MYSQL_TABLE_OPTIONS,
+    )
