@@ -35,7 +35,7 @@ def finish(gd: Any, session: Session, started: PhaseOne) -> None:
 
 def start_all(gd: Any) -> list[tuple[Session, PhaseOne]]:
     """Phase 1 of every due execution, one after another, until nothing is claimed."""
-    runs = []
+    runs: list[tuple[Session, PhaseOne]] = []
     while True:
         session, started = claim_and_start(gd)
         if type(started).__name__ == "NotClaimed":

@@ -78,8 +78,8 @@ def test_keys_are_separate_a_tenant_waits_only_for_itself(gd, session):
             finish(gd, step_session, prepared)
     # The class-level limit covers its second step too: one per tenant at a time again.
     runs = start_all(gd)
-    running = [p.workflow_id for _, p in runs if isinstance(p, Prepared)]
-    assert len(running) == 2 and b[0].id in running
+    second = [p.workflow_id for _, p in runs if isinstance(p, Prepared)]
+    assert len(second) == 2 and b[0].id in second
     for step_session, prepared in runs:
         if isinstance(prepared, Prepared):
             step_session.close()
