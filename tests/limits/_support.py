@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -51,7 +52,7 @@ def _fresh(session: Session) -> None:
     session.expire_all()
 
 
-def rows(session: Session, workflows: list[Workflow]) -> list[StepExecution]:
+def rows(session: Session, workflows: Sequence[Workflow]) -> list[StepExecution]:
     _fresh(session)
     ids = [wf.id for wf in workflows]
     return list(

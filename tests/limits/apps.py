@@ -11,7 +11,7 @@ import os
 import time
 from datetime import timedelta
 
-from sqlalchemy import Float, Integer, String
+from sqlalchemy import Double, Integer, String
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from geneva_drive import ConcurrencyLimit, RateLimit, Workflow, step
@@ -29,8 +29,8 @@ class BodyRun(LimitsBase):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     key: Mapped[str] = mapped_column(String(64))
-    began: Mapped[float] = mapped_column(Float)
-    ended: Mapped[float] = mapped_column(Float)
+    began: Mapped[float] = mapped_column(Double)
+    ended: Mapped[float] = mapped_column(Double)
 
 
 def _record(workflow: Workflow, key: str, seconds: float = 0.0) -> None:

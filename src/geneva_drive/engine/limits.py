@@ -40,7 +40,7 @@ window ``d`` shorter than ``per``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from sqlalchemy.orm import Session
@@ -60,6 +60,10 @@ PARKED_UNTIL = datetime(3000, 1, 1, tzinfo=UTC)
 # Where an execution keeps its keys (its metadata), computed the first time it is claimed.
 KEYS = "limit_keys"
 CONCURRENCY, RATE = "concurrency", "rate"
+# How long past its window a start stays in the log. Each worker counts from its own ``now``,
+# read before it waited for the key's lock: a worker whose ``now`` is later than another's
+# must not forget starts that the other, admitted after it, still has to count.
+FORGET_AFTER = timedelta(minutes=1)
 
 
 @dataclass(frozen=True)
@@ -115,7 +119,7 @@ def admit(
             execution.scheduled_for = starts[len(starts) - limits.rate.n] + limits.rate.per
             enqueue_after_commit(session, enqueued_step(workflow, execution))
             return Admission(started=False)
-        queries.record_start(session, rate_key, execution.id, now, window_start)
+        queries.record_start(session, rate_key, execution.id, now, window_start - FORGET_AFTER)
     if slot is not None and concurrency_key is not None:
         if claimed_before:  # made due by an operator, say, rather than by a release
             queries.drop_waiter(session, execution.id)
