@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import re
+
+from starlette.testclient import TestClient
+
 from geneva_drive import admin
+from geneva_drive.dashboard.app import create_app
 from tests.limits._support import start_all
 from tests.limits.apps import Gateway, TwoAtATime
 from tests.ops_cli._support import invoke, invoke_json
@@ -48,3 +53,17 @@ def test_with_nothing_limited_the_command_says_so(gd, installed_database_url):
 
     assert human.exit_code == 0, human.output
     assert "no concurrency key is held or waited for" in human.stdout
+
+
+def test_the_dashboard_limits_page_shows_holders_and_waiters(gd, session):
+    _two_running_one_waiting(gd, session)
+
+    with TestClient(create_app(engine=gd.engine, clock=gd.clock)) as client:
+        page = client.get("/limits")
+
+    assert page.status_code == 200
+    html = page.text
+    assert 'data-limit-key="TwoAtATime.work"' in html
+    assert re.search(r"data-running>2<", html) and re.search(r"data-waiters>1<", html)
+    assert 'data-rate-key="gateway"' in html
+    assert 'aria-current="page">Limits<' in html
