@@ -65,10 +65,11 @@ def rows(session: Session, workflows: Sequence[Workflow]) -> list[StepExecution]
 
 
 def counts(session: Session) -> tuple[int, int, int]:
-    """(slots, waiters, rate starts) in the tables."""
+    """(held slots, waiters, rate starts) in the tables."""
     _fresh(session)
+    held = select(func.count()).select_from(LimitSlot).where(LimitSlot.execution_id.is_not(None))
     return (
-        session.scalar(select(func.count()).select_from(LimitSlot)) or 0,
+        session.scalar(held) or 0,
         session.scalar(select(func.count()).select_from(LimitWaiter)) or 0,
         session.scalar(select(func.count()).select_from(RateStart)) or 0,
     )

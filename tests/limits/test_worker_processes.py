@@ -127,7 +127,8 @@ def test_no_more_than_n_steps_per_key_run_at_once_across_worker_processes(db, wo
         ).all()
         leftovers = session.execute(
             sa.text(
-                "SELECT (SELECT count(*) FROM geneva_drive_limit_slots), "
+                "SELECT (SELECT count(*) FROM geneva_drive_limit_slots "
+                "WHERE execution_id IS NOT NULL), "
                 "(SELECT count(*) FROM geneva_drive_limit_waiters)"
             )
         ).one()

@@ -86,7 +86,7 @@ def finalize(
             writer.apply(session, workflow, execution, plan, now, error=error, guarded=guarded)
             held = prepared.holds
             if held is not None:  # last: the key's lock is then held only until the commit
-                limits.release(session, workflow, execution_id, held, prepared.step_def, now)
+                limits.release(session, execution_id, held, now)
             payload["workflow_state"] = workflow.state
             payload["step_state"] = execution.state
             session.commit()
@@ -268,7 +268,7 @@ def _complete(
         return True, None
     writer.record_clean_resolution(session, execution)
     if holds is not None:
-        limits.release(session, workflow, execution.id, holds, prepared.step_def, now)
+        limits.release(session, execution.id, holds, now)
     chained = None
     if created is not None and after.step is not None:
         chained = chaining.hand_on(session, workflow, created, after, options, now)

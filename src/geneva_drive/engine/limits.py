@@ -1,40 +1,39 @@
 """Concurrency and rate limits, enforced where a step starts: in phase 1, under its locks.
 
 **Concurrency** (a slots table). A step with a concurrency key starts only holding one of
-the key's ``n`` slots: a row ``(key, slot)`` of ``geneva_drive_limit_slots`` with a slot
-number below ``n``, whose unique primary key admits one holder per slot. The slot is taken in
-the transaction that starts the step (phase 1: the claim's), and freed in the one that ends
-it (phase 3, or the lease recovery of a crashed holder). When every slot is held, the
-claimed row is *parked* — left ``scheduled``, due at :data:`PARKED_UNTIL`, so no claim ever
-finds it, with a row in ``geneva_drive_limit_waiters`` — and the worker goes on to its next
-claim: it never holds a row it would have to wait on, and never polls for a slot. The
-transaction that frees a slot makes the next waiters due now and wakes a worker (NOTIFY on
-PostgreSQL, the backend's wake-up elsewhere).
+the key's ``n`` slots: rows ``(key, slot)`` of ``geneva_drive_limit_slots``, slot numbers
+below ``n``, each free or naming its holder. The slot is taken in the transaction that starts
+the step (phase 1: the claim's), and freed in the one that ends it (phase 3, or the lease
+recovery of a crashed holder). When every slot is held, the claimed row is *parked* — left
+``scheduled``, due at :data:`PARKED_UNTIL`, so no claim ever finds it, with a row in
+``geneva_drive_limit_waiters`` — and the worker goes on to its next claim: it never holds a
+row it would have to wait on, and never polls for a slot. The transaction that frees a slot
+makes the next waiter due now and wakes a worker (NOTIFY on PostgreSQL, the backend's
+wake-up elsewhere).
 
-Why a lock per key: "every slot is held, so park" and "free a slot, then wake a waiter"
-must not interleave, or a release that committed between the check and the park would find
-no waiter to wake, and the parked row would wait for ever. Both therefore lock the key's row
-in ``geneva_drive_limit_keys`` first (``FOR UPDATE``; SQLite's write lock), so one runs
-after the other. The lock is held from the check to the commit a few statements later.
+Why takers rarely wait: a free slot is taken ``FOR UPDATE SKIP LOCKED``, so steps of one key
+start side by side. Only a taker that finds none locks every slot row of the key, waiting,
+and looks again before it parks; a release locks the row it frees before it looks for a
+waiter. One of the two therefore sees the other's work, and no waiter is left behind by a
+release that committed between "all slots are held" and "park" (``queries.limits``).
 
-Deadlocks: the lock order is the workflow row (the claim's), then key rows in sorted order,
-then nothing. A transaction that holds a key row therefore never waits for anything but
-another key row it sorts after. The one transaction that could break that order — phase 3,
-which frees a slot and may then start another step (chaining, the next workflow's claim) —
-never starts a limited step: it leaves it to an ordinary claim (``chaining``).
+Deadlocks: the lock order is the workflow row (the claim's), then slot rows in slot order.
+A transaction that freed a slot never waits for another slot row: phase 3 frees last, and
+the transaction never starts a limited step after that (chaining leaves it to an ordinary
+claim, ``chaining``).
 
 A slot left behind (its holder ended by a path that does not free it, or deleted by
-retention) is *stale*: its execution is no longer in progress, and the next taker of the key
-frees it before counting. So the count is right even then; only a wake-up may be late.
+retention) is *stale*: its execution is no longer in progress, and the next taker that finds
+no free slot frees it. So the count is right even then; only a wake-up may be late.
 
 **Rate limits** (a sliding-window log). A step with a rate key starts only if fewer than
-``n`` starts of the key are logged in the window ``(now - per, now]``; its start is then
-logged (``geneva_drive_rate_starts``) and the log's entries older than the window dropped.
-Over the limit, the row stays ``scheduled``, due when the oldest start that counts leaves
-the window — not run, not failed, not a reattempt. Precision: any window of length ``per``
-holds at most ``n`` starts as stamped by the workers' clocks (the same ``now`` as the
-execution's ``started_at``), so clocks that differ by ``d`` may let ``n`` starts fall in a
-window ``d`` shorter than ``per``.
+``n`` starts of the key are logged after ``now - per``; its start is then logged
+(``geneva_drive_rate_starts``). Counting and logging happen under the key's row lock
+(``geneva_drive_limit_keys``), one worker after another. Over the limit, the row stays
+``scheduled``, due when the oldest start that counts leaves the window — not run, not
+failed, not a reattempt. Precision: any window of length ``per`` holds at most ``n`` starts
+as stamped by the workers' clocks (the same ``now`` as the execution's ``started_at``), so
+clocks that differ by ``d`` may let ``n`` starts fall in ``per - d`` of real time.
 """
 
 from __future__ import annotations
@@ -46,7 +45,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy.orm import Session
 
 from geneva_drive.core.ports import EnqueuedStep
-from geneva_drive.definition.limits import StepLimits, keys_for, limits_of
+from geneva_drive.definition.limits import StepLimits, keys_for
 from geneva_drive.engine.wakeups import enqueue_after_commit, enqueued_step
 from geneva_drive.storage.queries import limits as queries
 
@@ -93,25 +92,13 @@ def admit(
     if keys is None:
         keys = keys_for(workflow, step_def, limits)
         execution.write_metadata(KEYS, keys)
-    # Sorted: every transaction takes the key rows in one order (see the module docstring).
-    for kind, key in sorted(keys.items()):
-        queries.lock_key(session, kind, key, now)
-    slot = None
     concurrency_key = keys.get(CONCURRENCY)
-    if limits.concurrency is not None and concurrency_key is not None:
-        slot = _free_slot(session, concurrency_key, limits.concurrency.n)
-        if slot is None:
-            execution.scheduled_for = PARKED_UNTIL
-            queries.add_waiter(session, execution.id, concurrency_key, execution.priority, now)
-            workflow.logger.info(
-                "step %r waits for a slot of concurrency key %r (%d in progress)",
-                step_def.name,
-                concurrency_key,
-                limits.concurrency.n,
-            )
-            return Admission(started=False)
+    concurrency = limits.concurrency if concurrency_key is not None else None
     rate_key = keys.get(RATE)
     if limits.rate is not None and rate_key is not None:
+        # First (the lock order: a rate key's row, then slot rows), and a step over its rate
+        # takes no slot it would have to give back.
+        queries.lock_key(session, RATE, rate_key, now)
         window_start = now - limits.rate.per
         starts = queries.rate_starts(session, rate_key, window_start)
         if len(starts) >= limits.rate.n:
@@ -119,13 +106,48 @@ def admit(
             execution.scheduled_for = starts[len(starts) - limits.rate.n] + limits.rate.per
             enqueue_after_commit(session, enqueued_step(workflow, execution))
             return Admission(started=False)
-        queries.record_start(session, rate_key, execution.id, now, window_start - FORGET_AFTER)
-    if slot is not None and concurrency_key is not None:
-        if claimed_before:  # made due by an operator, say, rather than by a release
+    if concurrency is not None and concurrency_key is not None:
+        if claimed_before:  # it may have parked: made due by a release, or an operator
             queries.drop_waiter(session, execution.id)
-        queries.take_slot(session, concurrency_key, slot, execution.id, workflow.id, now)
-        return Admission(started=True, holds=concurrency_key)
-    return Admission(started=True)
+        if not _take_slot(session, workflow, execution, concurrency_key, concurrency.n, now):
+            execution.scheduled_for = PARKED_UNTIL
+            queries.add_waiter(session, execution.id, concurrency_key, execution.priority, now)
+            workflow.logger.info(
+                "step %r waits for one of the %d slots of concurrency key %r",
+                step_def.name,
+                concurrency.n,
+                concurrency_key,
+            )
+            return Admission(started=False)
+    if limits.rate is not None and rate_key is not None:
+        queries.record_start(
+            session, rate_key, execution.id, now, now - limits.rate.per - FORGET_AFTER
+        )
+    return Admission(started=True, holds=concurrency_key if concurrency is not None else None)
+
+
+def _take_slot(
+    session: Session,
+    workflow: Workflow,
+    execution: StepExecution,
+    key: str,
+    n: int,
+    now: datetime,
+) -> bool:
+    """A free slot at once if there is one (SKIP LOCKED); else, every slot row locked, a
+    free or stale one, or none (the caller parks the row)."""
+    if queries.take_free_slot(session, key, n, execution.id, workflow.id, now):
+        return True
+    found = queries.lock_slots(session, key, n, now)
+    stale = [h.slot for h in found if h.execution_id is not None and not h.live]
+    queries.free_slots(session, key, stale)
+    free = [h.slot for h in found if h.execution_id is None or not h.live]
+    if not free:
+        return False
+    queries.hold(session, key, free[0], execution.id, workflow.id, now)
+    # Stale slots freed beyond the one taken: a waiter each.
+    _wake(session, key, len(free) - 1, now)
+    return True
 
 
 def _stored_keys(execution: StepExecution) -> dict[str, str] | None:
@@ -133,42 +155,24 @@ def _stored_keys(execution: StepExecution) -> dict[str, str] | None:
     return keys if isinstance(keys, dict) else None
 
 
-def _free_slot(session: Session, key: str, n: int) -> int | None:
-    """The lowest free slot below ``n`` (stale ones freed first), or None when all are held."""
-    found = queries.holders(session, key)
-    queries.free_slots(session, key, [h.slot for h in found if not h.live])
-    held = {h.slot for h in found if h.live}
-    return next((slot for slot in range(n) if slot not in held), None)
+def release(session: Session, execution_id: int, key: str, now: datetime) -> None:
+    """Free the slot ``execution_id`` holds and make the next waiter of ``key`` due now.
 
-
-def release(
-    session: Session,
-    workflow: Workflow | None,
-    execution_id: int,
-    key: str,
-    step_def: StepDefinition | None,
-    now: datetime,
-) -> None:
-    """Free the slot ``execution_id`` holds and make as many waiters due as slots are free.
-
-    In the transaction that ends the execution, under its workflow's lock; the wake-ups go
-    out with its commit. Without the step's definition (a class this process lacks), one
-    waiter is woken: a woken row that finds no slot only parks again.
+    In the transaction that ends the execution, under its workflow's lock, as its last
+    writes; the wake-up goes out with its commit.
     """
-    queries.lock_key(session, CONCURRENCY, key, now)
-    queries.release_slot(session, execution_id)
-    limits = limits_of(type(workflow), step_def) if workflow and step_def else None
-    n = limits.concurrency.n if limits is not None and limits.concurrency is not None else 1
-    live = sum(1 for h in queries.holders(session, key) if h.live)
-    for woken in queries.wake_waiters(session, key, max(n - live, 0), PARKED_UNTIL, now):
+    if queries.release_slot(session, execution_id):
+        _wake(session, key, 1, now)
+
+
+def _wake(session: Session, key: str, count: int, now: datetime) -> None:
+    if count <= 0:
+        return
+    for woken in queries.wake_waiters(session, key, count, PARKED_UNTIL, now):
         enqueue_after_commit(
             session,
             EnqueuedStep(
-                woken.execution_id,
-                woken.workflow_id,
-                woken.step_name,
-                now,
-                {"queue": woken.queue},
+                woken.execution_id, woken.workflow_id, woken.step_name, now, {"queue": woken.queue}
             ),
         )
 

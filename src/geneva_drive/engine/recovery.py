@@ -96,7 +96,7 @@ def recover_execution(
     held = limits.held_key(execution) if execution.state == ExecutionState.IN_PROGRESS else None
     writer.apply(session, workflow, execution, plan, now, guarded=False)
     if held is not None:  # a crashed holder's slot, freed with its recovery
-        limits.release(session, workflow, execution.id, held, step_def, now)
+        limits.release(session, execution.id, held, now)
     session.flush()
     return True
 

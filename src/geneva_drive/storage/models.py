@@ -522,13 +522,8 @@ RATE_STARTS = "geneva_drive_rate_starts"
 
 
 class LimitKey(Base):
-    """One row per limit key in use: the lock every taker and releaser of the key holds.
-
-    Its row lock serialises the check-then-take of a slot (or of a start in the rate window)
-    with the release-then-wake of another worker, so that a step parked as a waiter is never
-    left behind by a release that committed in between (a lost wake-up). ``kind``:
-    ``concurrency`` or ``rate``.
-    """
+    """One row per rate-limit key in use: the lock under which a start is counted against
+    the key's window and logged, one worker after another. ``kind``: ``rate``."""
 
     __tablename__ = LIMIT_KEYS
 
@@ -540,16 +535,17 @@ class LimitKey(Base):
 
 
 class LimitSlot(Base):
-    """A concurrency slot held by an in-progress execution: at most one row per (key, slot),
-    slots numbered below the limit, so the unique primary key itself caps the holders."""
+    """One of a concurrency key's slots, numbered from 0 below the limit; held by the
+    in-progress execution it names, free when it names none. One row per (key, slot): the
+    primary key caps the holders whatever happens."""
 
     __tablename__ = LIMIT_SLOTS
 
     key: Mapped[str] = mapped_column(String(255), primary_key=True)
     slot: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
-    execution_id: Mapped[int] = mapped_column(Id)
-    workflow_id: Mapped[int] = mapped_column(Id)
-    taken_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    execution_id: Mapped[int | None] = mapped_column(Id)
+    workflow_id: Mapped[int | None] = mapped_column(Id)
+    taken_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
 
     __table_args__ = (
         Index("ix_geneva_drive_limit_slots_execution", "execution_id", unique=True),

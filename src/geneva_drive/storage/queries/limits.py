@@ -1,9 +1,15 @@
 """Concurrency slots, their waiters, and the rate limits' start log (``engine.limits``).
 
-Every statement here runs under the lock of its key's row (:func:`lock_key`), taken in the
-transaction that then reads and writes the key's slots, waiters or starts. Lock order: the
-workflow row first (the claim's), then the key rows in sorted order (``engine.limits``), then
-nothing else: a holder of a key's lock waits for no other lock, so it commits promptly.
+Slots: a key's ``n`` rows ``(key, slot)``, each free or naming the in-progress execution that
+holds it. A step takes a free one ``FOR UPDATE SKIP LOCKED`` (:func:`take_free_slot`): takers
+never wait for each other, and two of them never take one slot. Only when none is free does a
+taker lock *every* slot row of the key, waiting this time (:func:`lock_slots`), before it
+parks — and a release locks the slot row it frees before it looks for a waiter. So a release
+either commits before the parker reads the slots (the parker sees the free slot and takes it)
+or waits for the parker's commit (and then sees its waiter): never a waiter left behind.
+
+Lock order: the workflow row (the claim's), then slot rows in slot order, or one rate key's
+row (:func:`lock_key`). A transaction that frees a slot waits for no other slot row.
 """
 
 from __future__ import annotations
@@ -29,74 +35,141 @@ from geneva_drive.storage.models import (
 from geneva_drive.storage.queries._sql import in_state, workflow_model
 
 
-def lock_key(session: Session, kind: str, key: str, now: datetime) -> None:
-    """Create the key's row if it is new, and lock it until the transaction ends.
+def _insert_skipping_conflicts(session: Session, table: Any, rows: list[dict[str, Any]]) -> None:
+    """Insert ``rows``, skipping those a concurrent transaction inserted first (it waits for
+    that one to commit). MySQL/MariaDB have no ``ON CONFLICT``: one row per savepoint."""
+    dialect = dialect_of(session)
+    if dialect.skips_conflicting_inserts:
+        session.execute(dialect.insert_skipping_conflicts(table), rows)
+        return
+    for row in rows:
+        try:
+            with session.begin_nested():
+                session.execute(insert(table).values(row))
+        except IntegrityError:
+            pass  # inserted by another transaction meanwhile
 
-    ``FOR UPDATE`` (not SKIP LOCKED): the holder of a key's lock only ever commits a few
-    statements later, and every taker and releaser of the key must go one after the other —
-    a taker that skipped a locked key row could park while a releaser frees a slot, and
-    neither would wake it. SQLite renders no ``FOR UPDATE``: geneva-drive's transactions hold
-    its one write lock already (``BEGIN IMMEDIATE``).
+
+def lock_key(session: Session, kind: str, key: str, now: datetime) -> None:
+    """Create a rate key's row if it is new, and lock it until the transaction ends.
+
+    ``FOR UPDATE``, waiting: counting the window and logging a start must happen one worker
+    after another, and the holder commits a few statements later. SQLite renders no ``FOR
+    UPDATE``: geneva-drive's transactions hold its one write lock already.
     """
     table: Any = LimitKey.__table__
     locking = select(table.c.kind).where(table.c.kind == kind, table.c.key == key).with_for_update()
     if session.execute(locking).first() is not None:
         return
-    row = {"kind": kind, "key": key, "created_at": now}
-    dialect = dialect_of(session)
-    if dialect.skips_conflicting_inserts:
-        # A concurrent insert of the same key waits for the first to commit, then skips.
-        session.execute(dialect.insert_skipping_conflicts(table).values(row))
-    else:
-        try:
-            # MySQL/MariaDB: the duplicate is an error; a savepoint keeps the transaction.
-            with session.begin_nested():
-                session.execute(table.insert().values(row))
-        except IntegrityError:
-            pass  # inserted by another transaction meanwhile: lock that row
+    _insert_skipping_conflicts(session, table, [{"kind": kind, "key": key, "created_at": now}])
     session.execute(locking).first()
+
+
+def take_free_slot(
+    session: Session, key: str, n: int, execution_id: int, workflow_id: int, now: datetime
+) -> bool:
+    """Take the first free slot below ``n`` that no other transaction is taking or freeing
+    right now (``SKIP LOCKED``: never waits); whether one was taken."""
+    free = (
+        select(LimitSlot.slot)
+        .where(LimitSlot.key == key, LimitSlot.slot < n, LimitSlot.execution_id.is_(None))
+        .order_by(LimitSlot.slot)
+        .limit(1)
+        .with_for_update(skip_locked=True)
+    )
+    slot = session.execute(free).scalar()
+    if slot is None:
+        return False
+    _hold(session, key, [int(slot)], execution_id, workflow_id, now)
+    return True
+
+
+def _hold(
+    session: Session,
+    key: str,
+    slots: Sequence[int],
+    execution_id: int | None,
+    workflow_id: int | None,
+    now: datetime | None,
+) -> None:
+    session.execute(
+        update(LimitSlot)
+        .where(LimitSlot.key == key, LimitSlot.slot.in_(list(slots)))
+        .values(execution_id=execution_id, workflow_id=workflow_id, taken_at=now)
+        .execution_options(synchronize_session=False)
+    )
 
 
 @dataclass(frozen=True)
 class Holder:
     slot: int
-    execution_id: int
-    live: bool  # its execution is still in progress (else the slot is stale)
+    execution_id: int | None
+    live: bool  # it names an execution still in progress (one that ended left it stale)
 
 
-def holders(session: Session, key: str) -> list[Holder]:
-    """The slots of ``key`` and whether each holder still runs. A slot whose execution
-    ended (or was deleted) without releasing it is stale; the caller frees it."""
-    live = in_state(StepExecution.state, ExecutionState.IN_PROGRESS)
-    stmt = (
-        select(LimitSlot.slot, LimitSlot.execution_id, StepExecution.id.is_not(None) & live)
-        .outerjoin(StepExecution, StepExecution.id == LimitSlot.execution_id)
-        .where(LimitSlot.key == key)
-        .order_by(LimitSlot.slot)
-    )
-    return [Holder(int(s), int(e), bool(alive)) for s, e, alive in session.execute(stmt)]
+def lock_slots(session: Session, key: str, n: int, now: datetime) -> list[Holder]:
+    """Every slot row of ``key`` below ``n``, created if missing, locked — waiting for the
+    transactions taking or freeing one of them — and whether each holder still runs.
+
+    The rows are locked alone, in slot order, and the holders' states read after, without
+    locks: locking an execution in progress would wait for its phase 3, which waits for a
+    slot row.
+    """
+    table: Any = LimitSlot.__table__
+    rows = session.execute(
+        select(table.c.slot, table.c.execution_id)
+        .where(table.c.key == key, table.c.slot < n)
+        .order_by(table.c.slot)
+        .with_for_update()
+    ).all()
+    if len(rows) < n:
+        have = {int(r[0]) for r in rows}
+        missing = [{"key": key, "slot": s} for s in range(n) if s not in have]
+        _insert_skipping_conflicts(session, table, missing)
+        rows = session.execute(
+            select(table.c.slot, table.c.execution_id)
+            .where(table.c.key == key, table.c.slot < n)
+            .order_by(table.c.slot)
+            .with_for_update()
+        ).all()
+    ids = [int(r[1]) for r in rows if r[1] is not None]
+    running = set()
+    if ids:
+        running = set(
+            session.scalars(
+                select(StepExecution.id).where(
+                    StepExecution.id.in_(ids),
+                    in_state(StepExecution.state, ExecutionState.IN_PROGRESS),
+                )
+            )
+        )
+    return [
+        Holder(int(s), None if e is None else int(e), e is not None and int(e) in running)
+        for s, e in rows
+    ]
+
+
+def hold(
+    session: Session, key: str, slot: int, execution_id: int, workflow_id: int, now: datetime
+) -> None:
+    """Take ``slot`` (locked by :func:`lock_slots`)."""
+    _hold(session, key, [slot], execution_id, workflow_id, now)
 
 
 def free_slots(session: Session, key: str, slots: Sequence[int]) -> None:
+    """Free ``slots`` (locked by :func:`lock_slots`): stale ones."""
     if slots:
-        session.execute(delete(LimitSlot).where(LimitSlot.key == key, LimitSlot.slot.in_(slots)))
-
-
-def take_slot(
-    session: Session, key: str, slot: int, execution_id: int, workflow_id: int, now: datetime
-) -> None:
-    """The unique (key, slot) primary key refuses a second holder of one slot, whatever a
-    bug elsewhere might do; the key's lock means it is never refused in practice."""
-    session.execute(
-        insert(LimitSlot).values(
-            key=key, slot=slot, execution_id=execution_id, workflow_id=workflow_id, taken_at=now
-        )
-    )
+        _hold(session, key, slots, None, None, None)
 
 
 def release_slot(session: Session, execution_id: int) -> bool:
-    """Free the slot ``execution_id`` holds; whether it held one."""
-    result = session.execute(delete(LimitSlot).where(LimitSlot.execution_id == execution_id))
+    """Free the slot ``execution_id`` holds (locking that row); whether it held one."""
+    result = session.execute(
+        update(LimitSlot)
+        .where(LimitSlot.execution_id == execution_id)
+        .values(execution_id=None, workflow_id=None, taken_at=None)
+        .execution_options(synchronize_session=False)
+    )
     return bool(getattr(result, "rowcount", 0))
 
 
@@ -216,7 +289,7 @@ def concurrency_use(session: Session) -> list[KeyUse]:
     keys: dict[str, dict[str, Any]] = {}
     for key, execution_id, workflow_id, since, type_ in held:
         entry = keys.setdefault(key, {"holders": [], "waiters": 0, "types": set()})
-        entry["holders"].append((int(execution_id), int(workflow_id), since))
+        entry["holders"].append((int(execution_id or 0), int(workflow_id or 0), since))
         entry["types"].add(type_)
     for key, count, type_ in waiting:
         entry = keys.setdefault(key, {"holders": [], "waiters": 0, "types": set()})

@@ -52,9 +52,9 @@ def upgrade() -> None:
         SLOTS,
         sa.Column("key", sa.String(255), nullable=False),
         sa.Column("slot", sa.Integer(), autoincrement=False, nullable=False),
-        sa.Column("execution_id", Id, nullable=False),
-        sa.Column("workflow_id", Id, nullable=False),
-        sa.Column("taken_at", _DATETIME, nullable=False),
+        sa.Column("execution_id", Id, nullable=True),
+        sa.Column("workflow_id", Id, nullable=True),
+        sa.Column("taken_at", _DATETIME, nullable=True),
         sa.PrimaryKeyConstraint("key", "slot", name=op.f(f"pk_{SLOTS}")),
         **TABLE_OPTIONS,
     )
