@@ -113,12 +113,10 @@ def after_completion(workflow: Workflow, options: RunOptions, now: datetime) -> 
         return _AfterCompletion(None, finished, None, {})
     job_options = workflow.merged_job_options(following)
     queue = str(job_options.get("queue") or "default")
-    # A limited step is left to an ordinary claim: this transaction may free a slot, and must
-    # then take no key lock of another (engine.limits: the lock order).
     chain = (
         options.chain is not None
         and not following.wait_delta
-        and limits_of(type(workflow), following) is None
+        and _chainable(type(workflow), following)
         and options.chain(queue)
     )
     direct = chain and _nothing_to_check(type(workflow), following)
@@ -160,6 +158,15 @@ def hand_on(
         return _start_chained(session, workflow, created, after.step, options, now)
     enqueue_after_commit(session, enqueued_step(workflow, created, after.job_options))
     return None
+
+
+def _chainable(cls: type[Workflow], step_def: StepDefinition) -> bool:
+    """Whether ``step_def`` may start in a transaction that did other work — which may have
+    freed a slot, and must then wait for no lock (``engine.limits``): not a rate-limited step
+    (its key's row is waited for); a concurrency-limited one only if a slot is free at once
+    (else it is left to an ordinary claim)."""
+    found = limits_of(cls, step_def)
+    return found is None or found.rate is None
 
 
 def _nothing_to_check(cls: type[Workflow], step_def: StepDefinition) -> bool:
@@ -264,7 +271,7 @@ def claim_next(
     application error there never costs the finished workflow its outcome. Nothing is
     claimed once the worker is stopping. A timer row or a step the code does not define is
     left to an ordinary claim (declined: its lock goes with this commit), whose phase 1
-    resolves it as always; so is a step with limits (see :func:`after_completion`).
+    resolves it as always; so is a rate-limited step (see :func:`_chainable`).
     """
     if options.should_exit is not None and options.should_exit():
         return None
@@ -275,8 +282,8 @@ def claim_next(
     assert locked is not None  # both rows were just claimed and locked
     workflow, execution = locked
     step_def = type(workflow).steps.named(execution.step_name)
-    if step_def is None or execution.is_timer or limits_of(type(workflow), step_def) is not None:
-        return None  # a limited step too: see after_completion
+    if step_def is None or execution.is_timer or not _chainable(type(workflow), step_def):
+        return None
     started = _start_chained(session, workflow, execution, step_def, options, now)
     if started is not None:
         started.claimed = True
@@ -348,11 +355,13 @@ def _start_chained(
             _leave_scheduled(session, workflow, execution, step_def, error)
             return None
     if _no_preconditions(cls, step_def):
-        started = prepare.guards_and_start(session, workflow, execution, options, now)
+        started = prepare.guards_and_start(session, workflow, execution, options, now, chained=True)
         return started if isinstance(started, Prepared) else None
     try:
         with session.begin_nested():
-            started = prepare.guards_and_start(session, workflow, execution, options, now)
+            started = prepare.guards_and_start(
+                session, workflow, execution, options, now, chained=True
+            )
         return started if isinstance(started, Prepared) else None
     except STEP_ERRORS as error:
         # Instances may hold values the savepoint's rollback took back from the rows.

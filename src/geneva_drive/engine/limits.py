@@ -80,12 +80,18 @@ def admit(
     step_def: StepDefinition,
     limits: StepLimits,
     now: datetime,
+    *,
+    chained: bool = False,
 ) -> Admission:
     """Take a slot and log a start, or park / postpone ``execution``. Under phase 1's locks.
 
     The keys are computed the first time (the application's key callables run here, like
     its preconditions) and stored in the execution's metadata; later claims of the same row
     reuse them.
+
+    ``chained``: the transaction did other work first (it completed the step before, and may
+    have freed a slot), so it must wait for no lock: only a slot free at once is taken, and
+    without one the row is left due for an ordinary claim, which parks it if need be.
     """
     keys = _stored_keys(execution)
     claimed_before = keys is not None  # then it may have parked: a waiter row to drop
@@ -109,7 +115,14 @@ def admit(
     if concurrency is not None and concurrency_key is not None:
         if claimed_before:  # it may have parked: made due by a release, or an operator
             queries.drop_waiter(session, execution.id)
-        if not _take_slot(session, workflow, execution, concurrency_key, concurrency.n, now):
+        if chained:
+            taken = queries.take_free_slot(
+                session, concurrency_key, concurrency.n, execution.id, workflow.id, now
+            )
+            if not taken:
+                enqueue_after_commit(session, enqueued_step(workflow, execution))
+                return Admission(started=False)
+        elif not _take_slot(session, workflow, execution, concurrency_key, concurrency.n, now):
             execution.scheduled_for = PARKED_UNTIL
             queries.add_waiter(session, execution.id, concurrency_key, execution.priority, now)
             workflow.logger.info(

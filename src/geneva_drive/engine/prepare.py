@@ -217,9 +217,11 @@ def guards_and_start(
     execution: StepExecution,
     options: RunOptions,
     now: datetime,
+    *,
+    chained: bool = False,
 ) -> Ended | Prepared:
     """Guards 3 to 8 on a scheduled execution of a running workflow, the limits (9), then
-    the start (10)."""
+    the start (10). ``chained``: in a transaction that did other work (see ``limits.admit``)."""
     step_def = type(workflow).steps.named(execution.step_name)
     plan, error = _guard_plan(workflow, execution, step_def)
     if plan is None and step_def is not None:
@@ -239,7 +241,9 @@ def guards_and_start(
     holds = None
     step_limits = limits_of(type(workflow), step_def)
     if step_limits is not None:
-        admission = limits.admit(session, workflow, execution, step_def, step_limits, now)
+        admission = limits.admit(
+            session, workflow, execution, step_def, step_limits, now, chained=chained
+        )
         if not admission.started:
             return Ended()
         holds = admission.holds
