@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _gd
 import gd_app
 from _common import emit, log, machine, start_postgres
+from sqlalchemy import text
 
 VARIANTS = {
     "no limit": gd_app.BenchThreeSteps,
@@ -45,6 +46,13 @@ def one_variant(server, name: str, args: argparse.Namespace) -> dict:  # type: i
     finally:
         _gd.stop_processes(procs)
     rows = _gd.executions(engine)
+    with engine.connect() as conn:  # anything but a clean success: what and why
+        odd = conn.execute(
+            text(
+                "SELECT outcome, error_message, metadata FROM geneva_drive_step_executions "
+                "WHERE outcome IS DISTINCT FROM 'success'"
+            )
+        ).all()
     engine.dispose()
     server.drop_database(database)
     steps = len(rows)
@@ -57,6 +65,7 @@ def one_variant(server, name: str, args: argparse.Namespace) -> dict:  # type: i
         "seconds": round(run.seconds, 3),
         "steps_per_s": round(steps / run.seconds, 1),
         "cpu_ms_per_step": round(sum(g["cpu_s"] for g in run.gauges) * 1000 / steps, 3),
+        "not_success": [(o, (m or "")[:300], str(meta)[:300]) for o, m, meta in odd],
     }
 
 
@@ -65,9 +74,15 @@ def main() -> None:
     parser.add_argument("--workflows", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=16, help="step threads")
+    parser.add_argument(
+        "--variants", default=",".join(VARIANTS), help="comma-separated, of: " + ", ".join(VARIANTS)
+    )
     args = parser.parse_args()
+    names = [name.strip() for name in args.variants.split(",")]
+    unknown = sorted(set(names) - set(VARIANTS))
+    if unknown:
+        parser.error(f"--variants: unknown {unknown}; expected some of {list(VARIANTS)}")
     server = start_postgres()
-    names = list(VARIANTS)
     results: dict[str, list[float]] = {name: [] for name in names}
     try:
         for round_ in range(args.rounds):
@@ -79,7 +94,7 @@ def main() -> None:
                 results[name].append(result["steps_per_s"])
     finally:
         server.stop()
-    base = statistics.median(results["no limit"])
+    base = statistics.median(results["no limit"]) if results.get("no limit") else None
     for name in names:
         median = statistics.median(results[name])
         emit(
@@ -87,7 +102,7 @@ def main() -> None:
             variant=name,
             steps_per_s_median=median,
             rounds=results[name],
-            of_no_limit=round(median / base, 3),
+            of_no_limit=round(median / base, 3) if base else None,
             machine=machine(),
         )
 

@@ -17,10 +17,11 @@ and looks again before it parks; a release locks the row it frees before it look
 waiter. One of the two therefore sees the other's work, and no waiter is left behind by a
 release that committed between "all slots are held" and "park" (``queries.limits``).
 
-Deadlocks: the lock order is the workflow row (the claim's), then slot rows in slot order.
-A transaction that freed a slot never waits for another slot row: phase 3 frees last, and
-the transaction never starts a limited step after that (chaining leaves it to an ordinary
-claim, ``chaining``).
+Deadlocks: the lock order is the workflow row (the claim's), then a rate key's row, then
+slot rows in slot order. A transaction that freed a slot never waits for another lock: phase
+3 frees last, and a step it then starts (chaining, ``chaining``) takes only a slot free at
+once (``SKIP LOCKED``) and is never rate-limited; without a free slot the row is left due for
+an ordinary claim, which parks it.
 
 A slot left behind (its holder ended by a path that does not free it, or deleted by
 retention) is *stale*: its execution is no longer in progress, and the next taker that finds

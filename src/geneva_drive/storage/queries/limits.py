@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy import and_, delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -196,36 +196,48 @@ def wake_waiters(
     session: Session, key: str, count: int, parked_until: datetime, now: datetime
 ) -> list[Woken]:
     """Make the first ``count`` waiters of ``key`` due now (priority, then the longest
-    waiting), dropping waiters whose execution is no longer parked on the way."""
+    waiting), dropping waiters whose execution is no longer parked on the way.
+
+    The waiter rows are taken ``FOR UPDATE SKIP LOCKED``: one another release is waking at
+    this moment is left to it (waking it twice would wake one waiter fewer, and wait for
+    that release's commit while holding a slot row). The execution is made due only while
+    it is still parked (the UPDATE re-checks it under the row lock).
+    """
     woken: list[Woken] = []
     while len(woken) < count:
         batch = session.execute(
-            select(
-                LimitWaiter.execution_id,
-                StepExecution.workflow_id,
-                StepExecution.step_name,
-                StepExecution.queue,
-                StepExecution.scheduled_for,
-                in_state(StepExecution.state, ExecutionState.SCHEDULED),
-            )
-            .outerjoin(StepExecution, StepExecution.id == LimitWaiter.execution_id)
+            select(LimitWaiter.execution_id)
             .where(LimitWaiter.key == key)
             .order_by(LimitWaiter.priority, LimitWaiter.since, LimitWaiter.execution_id)
             .limit(count - len(woken))
+            .with_for_update(skip_locked=True)
         ).all()
         if not batch:
             break
-        ids = [row[0] for row in batch]
+        ids = [int(row[0]) for row in batch]
         session.execute(delete(LimitWaiter).where(LimitWaiter.execution_id.in_(ids)))
-        parked = [row for row in batch if row[5] and row[4] == parked_until]
-        if parked:
-            session.execute(
-                update(StepExecution)
-                .where(StepExecution.id.in_([row[0] for row in parked]))
-                .values(scheduled_for=now, updated_at=now)
-                .execution_options(synchronize_session=False)
-            )
-        woken += [Woken(int(r[0]), int(r[1]), str(r[2]), str(r[3])) for r in parked]
+        parked = and_(
+            StepExecution.id.in_(ids),
+            in_state(StepExecution.state, ExecutionState.SCHEDULED),
+            StepExecution.scheduled_for == parked_until,
+        )
+        rows = session.execute(
+            select(
+                StepExecution.id,
+                StepExecution.workflow_id,
+                StepExecution.step_name,
+                StepExecution.queue,
+            ).where(parked)
+        ).all()
+        if not rows:
+            continue
+        session.execute(
+            update(StepExecution)
+            .where(parked)
+            .values(scheduled_for=now, updated_at=now)
+            .execution_options(synchronize_session=False)
+        )
+        woken += [Woken(int(r[0]), int(r[1]), str(r[2]), str(r[3])) for r in rows]
     return woken
 
 
