@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy import BigInteger, String, select
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from geneva_drive import Workflow, resumable_step, step
+from geneva_drive import ConcurrencyLimit, Workflow, resumable_step, step
 
 # The wait of BenchWaited's second step; latency.py measures start − scheduled_for.
 WAIT_SECONDS = 0.2
@@ -94,6 +94,19 @@ class BenchThreeSteps(Workflow):
     @step
     def three(self) -> None:
         pass
+
+
+# limits.py: the same three no-op steps under a class-level concurrency limit (one global key).
+class BenchLimitNeverBinds(BenchThreeSteps):
+    concurrency = ConcurrencyLimit(1000)
+
+
+class BenchLimit8(BenchThreeSteps):
+    concurrency = ConcurrencyLimit(8)
+
+
+class BenchLimit1(BenchThreeSteps):
+    concurrency = ConcurrencyLimit(1)
 
 
 class BenchWaited(Workflow):

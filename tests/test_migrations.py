@@ -33,6 +33,13 @@ OUR_TABLES = {
     "geneva_drive_operator_actions",
     "geneva_drive_schedules",
 }
+LIMIT_TABLES = {
+    "geneva_drive_limit_keys",
+    "geneva_drive_limit_slots",
+    "geneva_drive_limit_waiters",
+    "geneva_drive_rate_starts",
+}
+OUR_TABLES |= LIMIT_TABLES
 
 
 def _head() -> str:
@@ -404,7 +411,10 @@ def test_downgrade_to_base_removes_our_tables(empty_engine: sa.Engine):
 def test_upgrade_to_an_explicit_revision(empty_engine: sa.Engine):
     migrate.upgrade(empty_engine, "0001")
     assert migrate.current_revision(empty_engine) == "0001"
-    later = {"geneva_drive_operator_actions", "geneva_drive_schedules"}  # from 0005, 0011
+    later = {
+        "geneva_drive_operator_actions",
+        "geneva_drive_schedules",
+    } | LIMIT_TABLES  # 0005, 0011, 0013
     assert _tables(empty_engine) >= OUR_TABLES - later
 
 

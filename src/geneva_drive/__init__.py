@@ -44,6 +44,7 @@ if TYPE_CHECKING:
         shutdown_requested,
     )
     from geneva_drive.core.states import ExecutionState, Outcome, WorkflowState
+    from geneva_drive.definition.limits import ConcurrencyLimit, RateLimit
     from geneva_drive.definition.matchers import SignalMatcher
     from geneva_drive.definition.policy import ExceptionPolicy, exponential_backoff
     from geneva_drive.definition.schedule import Schedule
@@ -74,6 +75,7 @@ _EXPORTS: dict[str, str] = {
     "AmbiguousHeroType": "geneva_drive.core.errors",
     "AsyncDriverMissing": "geneva_drive.core.errors",
     "ChildFailed": "geneva_drive.core.errors",
+    "ConcurrencyLimit": "geneva_drive.definition.limits",
     "CursorTooLargeError": "geneva_drive.core.errors",
     "DatabaseBackend": "geneva_drive.runtime.backends",
     "ExceptionPolicy": "geneva_drive.definition.policy",
@@ -84,6 +86,7 @@ _EXPORTS: dict[str, str] = {
     "InvalidStateError": "geneva_drive.core.errors",
     "InvalidStateTransition": "geneva_drive.core.errors",
     "Outcome": "geneva_drive.core.states",
+    "RateLimit": "geneva_drive.definition.limits",
     "Schedule": "geneva_drive.definition.schedule",
     "SerializationError": "geneva_drive.core.errors",
     "Settings": "geneva_drive.core.settings",
@@ -160,6 +163,7 @@ __all__ = [
     "AmbiguousHeroType",
     "AsyncDriverMissing",
     "ChildFailed",
+    "ConcurrencyLimit",
     "CursorTooLargeError",
     "DatabaseBackend",
     "ExceptionPolicy",
@@ -170,6 +174,7 @@ __all__ = [
     "InvalidStateError",
     "InvalidStateTransition",
     "Outcome",
+    "RateLimit",
     "Schedule",
     "SerializationError",
     "Settings",

@@ -193,11 +193,13 @@ def test_a_chained_start_that_fails_keeps_the_predecessor_and_leaves_the_step_to
     real = prepare_module.guards_and_start
     failures: list[str] = []
 
-    def start_once_failing(session_: Any, workflow: Any, execution: Any, *args: Any) -> Any:
+    def start_once_failing(
+        session_: Any, workflow: Any, execution: Any, *args: Any, **kwargs: Any
+    ) -> Any:
         if execution.step_name == "second" and not failures:
             failures.append(execution.step_name)
             raise RuntimeError("injected: the chained start breaks once")
-        return real(session_, workflow, execution, *args)
+        return real(session_, workflow, execution, *args, **kwargs)
 
     monkeypatch.setattr(prepare_module, "guards_and_start", start_once_failing)
     wf = ChainGuardBlowsUp.create(session)

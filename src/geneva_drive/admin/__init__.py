@@ -8,7 +8,7 @@ frozen dataclasses of plain values; :func:`to_json` turns them into JSON-ready d
 - inspect: :func:`show` (a workflow's timeline)
 - act: :func:`pause`, :func:`resume`, :func:`skip`, :func:`cancel`, :func:`retry`,
   :func:`resume_at`, :func:`signal`, and :func:`bulk` by filter
-- measure: :func:`stats`
+- measure: :func:`stats`; limits: :func:`limits` (each limit key's holders and waiters)
 - schedules: :func:`schedules`, :func:`pause_schedule`, :func:`resume_schedule`
 - async twins on an ``AsyncSession`` (``admin.twins``): :func:`apause`, :func:`aresume`,
   :func:`askip`, :func:`acancel`, :func:`aretry`, :func:`aresume_at`, :func:`asignal`,
@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from geneva_drive.admin.heroes import for_hero
     from geneva_drive.admin.inspect import ActionEntry, ExecutionEntry, SignalEntry, Timeline, show
     from geneva_drive.admin.jsonable import to_json
+    from geneva_drive.admin.limits import ConcurrencyKey, LimitHolder, Limits, RateKey, limits
     from geneva_drive.admin.measure import OutcomeBucket, OutcomeCount, QueueBacklog, Stats, stats
     from geneva_drive.admin.schedules import (
         ScheduleInfo,
@@ -81,12 +82,16 @@ _EXPORTS: dict[str, str] = {
     "AdminRefused": "geneva_drive.core.errors",
     "BoundedCount": "geneva_drive.admin.find",
     "BulkResult": "geneva_drive.admin.act",
+    "ConcurrencyKey": "geneva_drive.admin.limits",
     "ExecutionEntry": "geneva_drive.admin.inspect",
     "Family": "geneva_drive.admin.family",
+    "LimitHolder": "geneva_drive.admin.limits",
+    "Limits": "geneva_drive.admin.limits",
     "OutcomeBucket": "geneva_drive.admin.measure",
     "OutcomeCount": "geneva_drive.admin.measure",
     "Page": "geneva_drive.admin.find",
     "QueueBacklog": "geneva_drive.admin.measure",
+    "RateKey": "geneva_drive.admin.limits",
     "Relative": "geneva_drive.admin.family",
     "ScheduleInfo": "geneva_drive.admin.schedules",
     "SignalEntry": "geneva_drive.admin.inspect",
@@ -111,6 +116,7 @@ _EXPORTS: dict[str, str] = {
     "count": "geneva_drive.admin.find",
     "find": "geneva_drive.admin.find",
     "for_hero": "geneva_drive.admin.heroes",
+    "limits": "geneva_drive.admin.limits",
     "pause": "geneva_drive.admin.act",
     "pause_schedule": "geneva_drive.admin.schedules",
     "resume": "geneva_drive.admin.act",
@@ -157,12 +163,16 @@ __all__ = [
     "AdminRefused",
     "BoundedCount",
     "BulkResult",
+    "ConcurrencyKey",
     "ExecutionEntry",
     "Family",
+    "LimitHolder",
+    "Limits",
     "OutcomeBucket",
     "OutcomeCount",
     "Page",
     "QueueBacklog",
+    "RateKey",
     "Relative",
     "ScheduleInfo",
     "SignalEntry",
@@ -187,6 +197,7 @@ __all__ = [
     "count",
     "find",
     "for_hero",
+    "limits",
     "pause",
     "pause_schedule",
     "resume",

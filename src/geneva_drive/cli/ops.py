@@ -1,4 +1,5 @@
-"""Operating it from a terminal: ``list``, ``show``, the verbs, ``stats`` and ``check``.
+"""Operating it from a terminal: ``list``, ``show``, the verbs, ``stats``, ``limits`` and
+``check``.
 
 Each command is one call into :mod:`geneva_drive.admin` (or
 :mod:`geneva_drive.runtime.deploy_check`) plus formatting: Rich tables for people
@@ -239,6 +240,24 @@ def stats(
                 iterations=iterations,
                 out=console(),
             )
+
+
+@app.command()
+def limits(
+    database_url: DatabaseUrl,
+    app_module: AppModules = None,
+    json_output: JsonOutput = False,
+) -> None:
+    """Concurrency keys: running steps, waiters, holders; rate keys: recent starts."""
+    with usage_errors(), connected(database_url, app_module) as sessions:
+        with sessions.begin() as session:
+            found = admin.limits(session)
+        if json_output:
+            echo_json(admin.to_json(found))
+            return
+        from geneva_drive.cli import render
+
+        console().print(render.limits(found))
 
 
 def read_stats(sessions: sessionmaker[Session]) -> admin.Stats:

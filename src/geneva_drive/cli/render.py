@@ -344,6 +344,31 @@ def stats(s: admin.Stats) -> RenderableType:
     return Group(*parts)
 
 
+# -- limits --------------------------------------------------------------------------------
+
+
+def limits(found: admin.Limits) -> RenderableType:
+    """Concurrency keys (running, waiting, the oldest holder) and rate keys' recent starts."""
+    keys = _table("KEY", "RUNNING", "WAITING", "TYPES", "HOLDERS (EXECUTION IDS)", folding=("KEY",))
+    for k in found.concurrency:
+        holders = ", ".join(str(h.execution_id) for h in k.holders)
+        keys.add_row(k.key, str(k.running), str(k.waiters), ", ".join(k.workflow_types), holders)
+    rates = _table("KEY", "STARTS (LAST MINUTE)", "LAST START", folding=("KEY",))
+    for r in found.rate:
+        rates.add_row(r.key, str(r.starts_last_minute), when(r.last_start))
+    return Group(
+        Text(f"at {when(found.at)}"),
+        Text(""),
+        _section("concurrency limits", keys)
+        if found.concurrency
+        else Text("no concurrency key is held or waited for"),
+        Text(""),
+        _section("rate limits", rates)
+        if found.rate
+        else Text("no rate-limited start in the last minute"),
+    )
+
+
 # -- check ---------------------------------------------------------------------------------
 
 

@@ -1,4 +1,4 @@
-"""The pages: overview, workflows, workflow, waiting. Each GET reads; none writes.
+"""The pages: overview, workflows, workflow, waiting, limits. Each GET reads; none writes.
 
 Each page makes only bounded admin calls — a keyset page (never OFFSET), a count with a cap,
 one workflow's timeline, the index-backed stats — so it costs the same at a thousand workflows
@@ -33,6 +33,7 @@ def routes(dash: Dashboard) -> list[BaseRoute]:
         Route("/workflows", partial(workflows, dash), name="workflows"),
         Route("/workflows/{workflow_id:int}", partial(workflow, dash), name="workflow"),
         Route("/waiting", partial(waiting, dash), name="waiting"),
+        Route("/limits", partial(limits, dash), name="limits"),
     ]
 
 
@@ -159,3 +160,9 @@ async def waiting(dash: Dashboard, request: Request) -> Response:
         "waiting.html",
         {"page": page, "signal": signal, "after": after, "live": after is None},
     )
+
+
+async def limits(dash: Dashboard, request: Request) -> Response:
+    """Each concurrency key's holders and waiters, each rate key's recent starts."""
+    found = await dash.read(lambda s: admin.limits(s, now=dash.clock.now()))
+    return dash.render(request, "limits.html", {"limits": found, "live": True})

@@ -22,6 +22,7 @@ from geneva_drive.definition.callables import (
     is_coroutine_function,
     signature_problem,
 )
+from geneva_drive.definition.limits import ConcurrencyLimit, RateLimit, check_limit
 from geneva_drive.definition.matchers import SignalMatcher as SignalMatcher  # its old home
 from geneva_drive.definition.matchers import awaited, names_problem
 from geneva_drive.definition.policy import (
@@ -80,6 +81,9 @@ class StepDefinition:
     # Fan-in: "all", "any" or how many children must have ended before the step runs
     # (engine.children); validate() sets children_needed (ALL_CHILDREN for "all").
     wait_for_children: Any = None
+    # definition.limits: a ConcurrencyLimit (overrides the class's) and a RateLimit.
+    concurrency: Any = None
+    rate_limit: Any = None
     # Filled in by validate():
     exception_policy: StepPolicy | None = field(default=None, init=False)
     signal_matcher: Any = field(default=None, init=False)
@@ -185,6 +189,8 @@ class StepDefinition:
         self._validate_wait_for_children()
         self._validate_timeout()
         self._validate_skip_if()
+        check_limit(self.concurrency, f"{self.label}: concurrency=", ConcurrencyLimit)
+        check_limit(self.rate_limit, f"{self.label}: rate_limit=", RateLimit)
         self.exception_policy = self._validate_on_exception()
         self._validate_position(known)
         self.job_options = validate_job_options(self.job_options, self.label)
@@ -556,8 +562,8 @@ def step(fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
     """Declare a step: ``@step``, ``@step(wait=...)``, or ``step(fn, ...)`` as a class attribute.
 
     Options: ``name, wait, wait_until, wait_for, skip_if, on_exception, max_reattempts,
-    terminal_action, before_step, after_step, job_options, wait_for_children``, and with
-    ``wait_for``:
+    terminal_action, before_step, after_step, job_options, wait_for_children, concurrency,
+    rate_limit``, and with ``wait_for``:
     ``timeout, on_timeout``.
     A lambda (or ``name=None`` with a lambda) becomes an anonymous step named ``step_N``.
     """
@@ -721,6 +727,8 @@ _STEP_OPTIONS = frozenset(
         "max_runtime",
         "checkpoint_every",
         "checkpoint_interval",
+        "concurrency",
+        "rate_limit",
     }
 )
 

@@ -30,6 +30,7 @@ from geneva_drive.core.errors import (
 from geneva_drive.core.events import workflow_logger
 from geneva_drive.core.settings import settings_of
 from geneva_drive.core.states import ExecutionState, Outcome, WorkflowState
+from geneva_drive.definition import limits as step_limits
 from geneva_drive.definition.async_bridge import async_session_of, refuse_async_session, run_on
 from geneva_drive.definition.callables import (
     is_async_generator,
@@ -38,6 +39,7 @@ from geneva_drive.definition.callables import (
 )
 from geneva_drive.definition.flow import Action, FlowControl
 from geneva_drive.definition.job_options import checked_step_job_options, job_option_problem
+from geneva_drive.definition.limits import ConcurrencyLimit, StepLimits, check_limit
 from geneva_drive.definition.policy import ExceptionPolicy
 from geneva_drive.definition.ports import StartResult, verbs
 from geneva_drive.definition.schedule import Schedule
@@ -121,6 +123,8 @@ class Workflow(WorkflowColumns, Base):
     cancel_children: ClassVar[bool] = True
     children_timeout: ClassVar[timedelta | float | None] = None
     _children_timeout: ClassVar[timedelta | None] = None
+    # At most n steps of the class with the same key in progress at once (definition.limits).
+    concurrency: ClassVar[ConcurrencyLimit | None] = None
 
     # Gathered per class by __init_subclass__.
     steps: ClassVar[StepCollection] = StepCollection([])
@@ -130,6 +134,7 @@ class Workflow(WorkflowColumns, Base):
     _job_options: ClassVar[dict[str, Any]] = {}
     _job_option_keys: ClassVar[frozenset[str]] = frozenset()
     _schedule: ClassVar[Schedule | None] = None  # the class's own (never inherited)
+    _step_limits: ClassVar[dict[str, StepLimits]] = {}  # only the steps that have limits
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         _register_dsl(cls)
@@ -675,6 +680,7 @@ def _register_dsl(cls: type[Workflow]) -> None:
     cls._cancel_conditions = [*parent._cancel_conditions, *_own_cancel_conditions(cls)]
     _register_job_options(cls, parent, definitions)
     cls._children_timeout = _children_timeout(cls)
+    _register_limits(cls, definitions)
     _check_hooks(cls)
     cls._schedule = _own_schedule(cls)
 
@@ -707,6 +713,12 @@ def scheduled_classes() -> list[type[Workflow]]:
         for m in list(Workflow.__mapper__.self_and_descendants)
         if m.class_.__dict__.get("_schedule") is not None
     ]
+
+
+def _register_limits(cls: type[Workflow], definitions: list[StepDefinition]) -> None:
+    check_limit(cls.__dict__.get("concurrency"), f"{cls.__name__}.concurrency", ConcurrencyLimit)
+    resolved = {str(d.name): step_limits.resolve(cls, d) for d in definitions}
+    cls._step_limits = {name: found for name, found in resolved.items() if found is not None}
 
 
 def _register_steps(cls: type[Workflow], parent: type[Workflow]) -> list[StepDefinition]:

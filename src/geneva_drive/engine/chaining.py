@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session
 from geneva_drive.core import events
 from geneva_drive.core.settings import Settings
 from geneva_drive.core.states import WorkflowState
+from geneva_drive.definition.limits import limits_of
 from geneva_drive.engine import outcomes, prepare, scheduling, writer
 from geneva_drive.engine.prepare import Prepared, execution_payload
 from geneva_drive.engine.run_options import RunOptions
@@ -113,7 +114,12 @@ def after_completion(workflow: Workflow, options: RunOptions, now: datetime) -> 
     job_options = workflow.merged_job_options(following)
     queue = str(job_options.get("queue") or "default")
     wait = following.delay(now)
-    chain = options.chain is not None and not wait and options.chain(queue)
+    chain = (
+        options.chain is not None
+        and not wait
+        and _chainable(type(workflow), following)
+        and options.chain(queue)
+    )
     direct = chain and _nothing_to_check(type(workflow), following)
     navigation = {
         **outcomes.moved_columns(
@@ -155,9 +161,23 @@ def hand_on(
     return None
 
 
+def _chainable(cls: type[Workflow], step_def: StepDefinition) -> bool:
+    """Whether ``step_def`` may start in a transaction that did other work — which may have
+    freed a slot, and must then wait for no lock (``engine.limits``): not a rate-limited step
+    (its key's row is waited for); a concurrency-limited one only if a slot is free at once
+    (else it is left to an ordinary claim)."""
+    found = limits_of(cls, step_def)
+    return found is None or found.rate is None
+
+
 def _nothing_to_check(cls: type[Workflow], step_def: StepDefinition) -> bool:
-    """Whether phase 1 of ``step_def`` is certain to start it: no guard could decide otherwise."""
-    return cls.may_proceed_without_hero and _no_preconditions(cls, step_def)
+    """Whether phase 1 of ``step_def`` is certain to start it: no guard could decide otherwise,
+    and no limit could keep it waiting."""
+    return (
+        cls.may_proceed_without_hero
+        and _no_preconditions(cls, step_def)
+        and limits_of(cls, step_def) is None
+    )
 
 
 def _no_preconditions(cls: type[Workflow], step_def: StepDefinition) -> bool:
@@ -259,7 +279,7 @@ def claim_next(
     application error there never costs the finished workflow its outcome. Nothing is
     claimed once the worker is stopping. A timer row or a step the code does not define is
     left to an ordinary claim (declined: its lock goes with this commit), whose phase 1
-    resolves it as always.
+    resolves it as always; so is a rate-limited step (see :func:`_chainable`).
     """
     if options.should_exit is not None and options.should_exit():
         return None
@@ -270,7 +290,7 @@ def claim_next(
     assert locked is not None  # both rows were just claimed and locked
     workflow, execution = locked
     step_def = type(workflow).steps.named(execution.step_name)
-    if step_def is None or execution.is_timer:
+    if step_def is None or execution.is_timer or not _chainable(type(workflow), step_def):
         return None
     started = _start_chained(session, workflow, execution, step_def, options, now)
     if started is not None:
@@ -343,11 +363,13 @@ def _start_chained(
             _leave_scheduled(session, workflow, execution, step_def, error)
             return None
     if _no_preconditions(cls, step_def):
-        started = prepare.guards_and_start(session, workflow, execution, options, now)
+        started = prepare.guards_and_start(session, workflow, execution, options, now, chained=True)
         return started if isinstance(started, Prepared) else None
     try:
         with session.begin_nested():
-            started = prepare.guards_and_start(session, workflow, execution, options, now)
+            started = prepare.guards_and_start(
+                session, workflow, execution, options, now, chained=True
+            )
         return started if isinstance(started, Prepared) else None
     except STEP_ERRORS as error:
         # Instances may hold values the savepoint's rollback took back from the rows.

@@ -21,7 +21,7 @@ from geneva_drive.core.states import ExecutionState, WorkflowState, check_step_t
 from geneva_drive.definition.flow import Action, FlowControl
 from geneva_drive.definition.until import delay_until
 from geneva_drive.definition.workflow import as_workflow
-from geneva_drive.engine import chaining, outcomes, writer
+from geneva_drive.engine import chaining, limits, outcomes, writer
 from geneva_drive.engine.body_results import Completed, Failed, Interrupted
 from geneva_drive.engine.prepare import Prepared
 from geneva_drive.engine.recovery import recover_execution
@@ -92,6 +92,9 @@ def finalize(
                 # Canceled while the body ran: children it started (or that its checkpoints
                 # committed) after the cancel are canceled with it.
                 writer.cancel_children(session, workflow, now)
+            held = prepared.holds
+            if held is not None:  # last: the key's lock is then held only until the commit
+                limits.release(session, execution_id, held, now)
             payload["workflow_state"] = workflow.state
             payload["step_state"] = execution.state
             session.commit()
@@ -251,7 +254,8 @@ def _complete(
     done = {**outcomes.ended_columns(plan, now), "updated_at": now}
     completer = writer.completer_for(session.get_bind().dialect)
     handover = None
-    if after.step is None and then_claim is not None:
+    holds = prepared.holds  # a slot to free in this transaction: it must not commit early
+    if after.step is None and then_claim is not None and holds is None:
         handover = chaining.hand_over(
             session, completer, prepared, after, as_started, done, then_claim, options, now
         )
@@ -270,7 +274,7 @@ def _complete(
             execution,
             done,
             after.row,
-            alone=after.direct,
+            alone=after.direct and holds is None,
         )
     if not wrote_workflow:
         return False, None
@@ -282,6 +286,8 @@ def _complete(
         session.rollback()
         return True, None
     writer.record_clean_resolution(session, execution)
+    if holds is not None:
+        limits.release(session, execution.id, holds, now)
     chained = None
     if created is not None and after.step is not None:
         chained = chaining.hand_on(session, workflow, created, after, options, now)

@@ -20,8 +20,9 @@ from geneva_drive.core.awaiting import settle
 from geneva_drive.core.errors import StepNotDefinedError
 from geneva_drive.core.settings import Settings
 from geneva_drive.core.states import ExecutionState, WorkflowState
+from geneva_drive.definition.limits import limits_of
 from geneva_drive.definition.workflow import as_workflow
-from geneva_drive.engine import children, outcomes, signals, writer
+from geneva_drive.engine import children, limits, outcomes, signals, writer
 from geneva_drive.engine.run_options import RunOptions
 from geneva_drive.engine.step_errors import STEP_ERRORS, error_plan
 from geneva_drive.storage import queries
@@ -66,6 +67,8 @@ class Prepared:
     step_def: StepDefinition
     signal: Signal | None
     claimed: bool = False  # claimed by the transaction that finished another workflow
+    # The concurrency key whose slot the step holds (engine.limits); freed by phase 3.
+    holds: str | None = None
     identity: dict[str, Any] = field(init=False)
     log: events.ContextAdapter = field(init=False)
 
@@ -225,8 +228,11 @@ def guards_and_start(
     execution: StepExecution,
     options: RunOptions,
     now: datetime,
+    *,
+    chained: bool = False,
 ) -> Ended | Prepared:
-    """Guards 3 to 8 on a scheduled execution of a running workflow, then the start (9)."""
+    """Guards 3 to 8 on a scheduled execution of a running workflow, the limits (9), then
+    the start (10). ``chained``: in a transaction that did other work (see ``limits.admit``)."""
     step_def = type(workflow).steps.named(execution.step_name)
     plan, error = _guard_plan(workflow, execution, step_def)
     if plan is None and step_def is not None:
@@ -251,10 +257,23 @@ def guards_and_start(
             return Ended()
     if step_def.waits_for_children and not children.gate(session, workflow, execution, step_def):
         return Ended()
-    # 9. Start, under the locks phase 1 holds.
+    # 9. Limits: a slot of its concurrency key, a start in its rate window — or the row is
+    #    parked (or postponed) and this worker moves on (engine.limits).
+    holds = None
+    step_limits = limits_of(type(workflow), step_def)
+    if step_limits is not None:
+        admission = limits.admit(
+            session, workflow, execution, step_def, step_limits, now, chained=chained
+        )
+        if not admission.started:
+            return Ended()
+        holds = admission.holds
+    # 10. Start, under the locks phase 1 holds.
     started = writer.lease_columns(now, options.worker_id, options.lease)
     writer.start(session, workflow, execution, step_def, now, started)
-    return Prepared(workflow, execution, step_def, signal)
+    prepared = Prepared(workflow, execution, step_def, signal)
+    prepared.holds = holds
+    return prepared
 
 
 def _guard_plan(

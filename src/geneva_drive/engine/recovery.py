@@ -17,7 +17,7 @@ from geneva_drive.core import events
 from geneva_drive.core.settings import Settings, settings, settings_of
 from geneva_drive.core.states import ExecutionState, WorkflowState
 from geneva_drive.definition.workflow import as_workflow
-from geneva_drive.engine import outcomes, writer
+from geneva_drive.engine import limits, outcomes, writer
 from geneva_drive.engine.committed import after_commit
 from geneva_drive.storage import queries
 from geneva_drive.storage.db import session_factory
@@ -99,7 +99,10 @@ def recover_execution(
         "reason": reason if reason in RECOVERY_REASONS else "other",
     }
     now = settings_of(session).clock.now()
+    held = limits.held_key(execution) if execution.state == ExecutionState.IN_PROGRESS else None
     writer.apply(session, workflow, execution, plan, now, guarded=False)
+    if held is not None:  # a crashed holder's slot, freed with its recovery
+        limits.release(session, execution.id, held, now)
     session.flush()
 
     def tell() -> None:  # once committed: a recovery rolled back did not happen

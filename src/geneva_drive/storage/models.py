@@ -631,3 +631,76 @@ class ScheduleRow(Base):
             f"<ScheduleRow {self.workflow_type} next={self.next_tick} last={self.last_tick} "
             f"paused={self.paused}>"
         )
+
+
+# -- concurrency and rate limits (``engine.limits``, ``storage.queries.limits``) -------------
+
+LIMIT_KEYS = "geneva_drive_limit_keys"
+LIMIT_SLOTS = "geneva_drive_limit_slots"
+LIMIT_WAITERS = "geneva_drive_limit_waiters"
+RATE_STARTS = "geneva_drive_rate_starts"
+
+
+class LimitKey(Base):
+    """One row per rate-limit key in use: the lock under which a start is counted against
+    the key's window and logged, one worker after another. ``kind``: ``rate``."""
+
+    __tablename__ = LIMIT_KEYS
+
+    kind: Mapped[str] = mapped_column(String(16), primary_key=True)
+    key: Mapped[str] = mapped_column(String(255), primary_key=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+    __table_args__ = (MYSQL_TABLE_OPTIONS,)
+
+
+class LimitSlot(Base):
+    """One of a concurrency key's slots, numbered from 0 below the limit; held by the
+    in-progress execution it names, free when it names none. One row per (key, slot): the
+    primary key caps the holders whatever happens."""
+
+    __tablename__ = LIMIT_SLOTS
+
+    key: Mapped[str] = mapped_column(String(255), primary_key=True)
+    slot: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    execution_id: Mapped[int | None] = mapped_column(Id)
+    workflow_id: Mapped[int | None] = mapped_column(Id)
+    taken_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+    __table_args__ = (
+        Index("ix_geneva_drive_limit_slots_execution", "execution_id", unique=True),
+        MYSQL_TABLE_OPTIONS,
+    )
+
+
+class LimitWaiter(Base):
+    """A scheduled execution parked until a slot of ``key`` frees, woken in (priority,
+    since) order by the release."""
+
+    __tablename__ = LIMIT_WAITERS
+
+    execution_id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=False)
+    key: Mapped[str] = mapped_column(String(255))
+    priority: Mapped[int] = mapped_column(Integer)
+    since: Mapped[datetime] = mapped_column(UTCDateTime())
+
+    __table_args__ = (
+        Index("ix_geneva_drive_limit_waiters_key", "key", "priority", "since", "execution_id"),
+        MYSQL_TABLE_OPTIONS,
+    )
+
+
+class RateStart(Base):
+    """One start of a rate-limited step: the log a sliding window counts."""
+
+    __tablename__ = RATE_STARTS
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    key: Mapped[str] = mapped_column(String(255))
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    execution_id: Mapped[int] = mapped_column(Id)
+
+    __table_args__ = (
+        Index("ix_geneva_drive_rate_starts_key", "key", "started_at"),
+        MYSQL_TABLE_OPTIONS,
+    )

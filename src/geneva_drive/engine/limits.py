@@ -1,0 +1,197 @@
+"""Concurrency and rate limits, enforced where a step starts: in phase 1, under its locks.
+
+**Concurrency** (a slots table). A step with a concurrency key starts only holding one of
+the key's ``n`` slots: rows ``(key, slot)`` of ``geneva_drive_limit_slots``, slot numbers
+below ``n``, each free or naming its holder. The slot is taken in the transaction that starts
+the step (phase 1: the claim's), and freed in the one that ends it (phase 3, or the lease
+recovery of a crashed holder). When every slot is held, the claimed row is *parked* — left
+``scheduled``, due at :data:`PARKED_UNTIL`, so no claim ever finds it, with a row in
+``geneva_drive_limit_waiters`` — and the worker goes on to its next claim: it never holds a
+row it would have to wait on, and never polls for a slot. The transaction that frees a slot
+makes the next waiter due now and wakes a worker (NOTIFY on PostgreSQL, the backend's
+wake-up elsewhere).
+
+Why takers rarely wait: a free slot is taken ``FOR UPDATE SKIP LOCKED``, so steps of one key
+start side by side. Only a taker that finds none locks every slot row of the key, waiting,
+and looks again before it parks; a release locks the row it frees before it looks for a
+waiter. One of the two therefore sees the other's work, and no waiter is left behind by a
+release that committed between "all slots are held" and "park" (``queries.limits``).
+
+Deadlocks: the lock order is the workflow row (the claim's), then a rate key's row, then
+slot rows in slot order. A transaction that freed a slot never waits for another lock: phase
+3 frees last, and a step it then starts (chaining, ``chaining``) takes only a slot free at
+once (``SKIP LOCKED``) and is never rate-limited; without a free slot the row is left due for
+an ordinary claim, which parks it.
+
+A slot left behind (its holder ended by a path that does not free it, or deleted by
+retention) is *stale*: its execution is no longer in progress, and the next taker that finds
+no free slot frees it. So the count is right even then; only a wake-up may be late.
+
+**Rate limits** (a sliding-window log). A step with a rate key starts only if fewer than
+``n`` starts of the key are logged after ``now - per``; its start is then logged
+(``geneva_drive_rate_starts``). Counting and logging happen under the key's row lock
+(``geneva_drive_limit_keys``), one worker after another. Over the limit, the row stays
+``scheduled``, due when the oldest start that counts leaves the window — not run, not
+failed, not a reattempt. Precision: any window of length ``per`` holds at most ``n`` starts
+as stamped by the workers' clocks (the same ``now`` as the execution's ``started_at``), so
+clocks that differ by ``d`` may let ``n`` starts fall in ``per - d`` of real time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
+
+from sqlalchemy.orm import Session
+
+from geneva_drive.core.ports import EnqueuedStep
+from geneva_drive.definition.limits import StepLimits, keys_for
+from geneva_drive.engine.wakeups import enqueue_after_commit, enqueued_step
+from geneva_drive.storage.queries import limits as queries
+
+if TYPE_CHECKING:
+    from geneva_drive.definition.steps import StepDefinition
+    from geneva_drive.definition.workflow import Workflow
+    from geneva_drive.storage.models import StepExecution
+
+# Where a parked row is due: never, until a release makes it due now.
+PARKED_UNTIL = datetime(3000, 1, 1, tzinfo=UTC)
+# Where an execution keeps its keys (its metadata), computed the first time it is claimed.
+KEYS = "limit_keys"
+CONCURRENCY, RATE = "concurrency", "rate"
+# How long past its window a start stays in the log. Each worker counts from its own ``now``,
+# read before it waited for the key's lock: a worker whose ``now`` is later than another's
+# must not forget starts that the other, admitted after it, still has to count.
+FORGET_AFTER = timedelta(minutes=1)
+
+
+@dataclass(frozen=True)
+class Admission:
+    """Whether the step may start now; the concurrency key whose slot it then holds."""
+
+    started: bool
+    holds: str | None = None
+
+
+def admit(
+    session: Session,
+    workflow: Workflow,
+    execution: StepExecution,
+    step_def: StepDefinition,
+    limits: StepLimits,
+    now: datetime,
+    *,
+    chained: bool = False,
+) -> Admission:
+    """Take a slot and log a start, or park / postpone ``execution``. Under phase 1's locks.
+
+    The keys are computed the first time (the application's key callables run here, like
+    its preconditions) and stored in the execution's metadata; later claims of the same row
+    reuse them.
+
+    ``chained``: the transaction did other work first (it completed the step before, and may
+    have freed a slot), so it must wait for no lock: only a slot free at once is taken, and
+    without one the row is left due for an ordinary claim, which parks it if need be.
+    """
+    keys = _stored_keys(execution)
+    claimed_before = keys is not None  # then it may have parked: a waiter row to drop
+    if keys is None:
+        keys = keys_for(workflow, step_def, limits)
+        execution.write_metadata(KEYS, keys)
+    concurrency_key = keys.get(CONCURRENCY)
+    concurrency = limits.concurrency if concurrency_key is not None else None
+    rate_key = keys.get(RATE)
+    if limits.rate is not None and rate_key is not None:
+        # First (the lock order: a rate key's row, then slot rows), and a step over its rate
+        # takes no slot it would have to give back.
+        queries.lock_key(session, RATE, rate_key, now)
+        window_start = now - limits.rate.per
+        starts = queries.rate_starts(session, rate_key, window_start)
+        if len(starts) >= limits.rate.n:
+            # When the oldest start that keeps the window full leaves it.
+            execution.scheduled_for = starts[len(starts) - limits.rate.n] + limits.rate.per
+            enqueue_after_commit(session, enqueued_step(workflow, execution))
+            return Admission(started=False)
+    if concurrency is not None and concurrency_key is not None:
+        if claimed_before:  # it may have parked: made due by a release, or an operator
+            queries.drop_waiter(session, execution.id)
+        if chained:
+            taken = queries.take_free_slot(
+                session, concurrency_key, concurrency.n, execution.id, workflow.id, now
+            )
+            if not taken:
+                enqueue_after_commit(session, enqueued_step(workflow, execution))
+                return Admission(started=False)
+        elif not _take_slot(session, workflow, execution, concurrency_key, concurrency.n, now):
+            execution.scheduled_for = PARKED_UNTIL
+            queries.add_waiter(session, execution.id, concurrency_key, execution.priority, now)
+            workflow.logger.info(
+                "step %r waits for one of the %d slots of concurrency key %r",
+                step_def.name,
+                concurrency.n,
+                concurrency_key,
+            )
+            return Admission(started=False)
+    if limits.rate is not None and rate_key is not None:
+        queries.record_start(
+            session, rate_key, execution.id, now, now - limits.rate.per - FORGET_AFTER
+        )
+    return Admission(started=True, holds=concurrency_key if concurrency is not None else None)
+
+
+def _take_slot(
+    session: Session,
+    workflow: Workflow,
+    execution: StepExecution,
+    key: str,
+    n: int,
+    now: datetime,
+) -> bool:
+    """A free slot at once if there is one (SKIP LOCKED); else, every slot row locked, a
+    free or stale one, or none (the caller parks the row)."""
+    if queries.take_free_slot(session, key, n, execution.id, workflow.id, now):
+        return True
+    found = queries.lock_slots(session, key, n, now)
+    stale = [h.slot for h in found if h.execution_id is not None and not h.live]
+    queries.free_slots(session, key, stale)
+    free = [h.slot for h in found if h.execution_id is None or not h.live]
+    if not free:
+        return False
+    queries.hold(session, key, free[0], execution.id, workflow.id, now)
+    # Stale slots freed beyond the one taken: a waiter each.
+    _wake(session, key, len(free) - 1, now)
+    return True
+
+
+def _stored_keys(execution: StepExecution) -> dict[str, str] | None:
+    keys = execution.read_metadata(KEYS)
+    return keys if isinstance(keys, dict) else None
+
+
+def release(session: Session, execution_id: int, key: str, now: datetime) -> None:
+    """Free the slot ``execution_id`` holds and make the next waiter of ``key`` due now.
+
+    In the transaction that ends the execution, under its workflow's lock, as its last
+    writes; the wake-up goes out with its commit.
+    """
+    if queries.release_slot(session, execution_id):
+        _wake(session, key, 1, now)
+
+
+def _wake(session: Session, key: str, count: int, now: datetime) -> None:
+    if count <= 0:
+        return
+    for woken in queries.wake_waiters(session, key, count, PARKED_UNTIL, now):
+        enqueue_after_commit(
+            session,
+            EnqueuedStep(
+                woken.execution_id, woken.workflow_id, woken.step_name, now, {"queue": woken.queue}
+            ),
+        )
+
+
+def held_key(execution: StepExecution) -> str | None:
+    """The concurrency key whose slot ``execution`` holds while in progress, if any."""
+    keys = _stored_keys(execution)
+    return None if keys is None else keys.get(CONCURRENCY)

@@ -1,0 +1,324 @@
+"""Concurrency slots, their waiters, and the rate limits' start log (``engine.limits``).
+
+Slots: a key's ``n`` rows ``(key, slot)``, each free or naming the in-progress execution that
+holds it. A step takes a free one ``FOR UPDATE SKIP LOCKED`` (:func:`take_free_slot`): takers
+never wait for each other, and two of them never take one slot. Only when none is free does a
+taker lock *every* slot row of the key, waiting this time (:func:`lock_slots`), before it
+parks — and a release locks the slot row it frees before it looks for a waiter. So a release
+either commits before the parker reads the slots (the parker sees the free slot and takes it)
+or waits for the parker's commit (and then sees its waiter): never a waiter left behind.
+
+Lock order: the workflow row (the claim's), then slot rows in slot order, or one rate key's
+row (:func:`lock_key`). A transaction that frees a slot waits for no other slot row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import and_, delete, func, insert, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from geneva_drive.core.states import ExecutionState
+from geneva_drive.storage.dialects import dialect_of
+from geneva_drive.storage.models import (
+    LimitKey,
+    LimitSlot,
+    LimitWaiter,
+    RateStart,
+    StepExecution,
+)
+from geneva_drive.storage.queries._sql import in_state, workflow_model
+
+
+def _insert_skipping_conflicts(session: Session, table: Any, rows: list[dict[str, Any]]) -> None:
+    """Insert ``rows``, skipping those a concurrent transaction inserted first (it waits for
+    that one to commit). MySQL/MariaDB have no ``ON CONFLICT``: one row per savepoint."""
+    dialect = dialect_of(session)
+    if dialect.skips_conflicting_inserts:
+        session.execute(dialect.insert_skipping_conflicts(table), rows)
+        return
+    for row in rows:
+        try:
+            with session.begin_nested():
+                session.execute(insert(table).values(row))
+        except IntegrityError:
+            pass  # inserted by another transaction meanwhile
+
+
+def lock_key(session: Session, kind: str, key: str, now: datetime) -> None:
+    """Create a rate key's row if it is new, and lock it until the transaction ends.
+
+    ``FOR UPDATE``, waiting: counting the window and logging a start must happen one worker
+    after another, and the holder commits a few statements later. SQLite renders no ``FOR
+    UPDATE``: geneva-drive's transactions hold its one write lock already.
+    """
+    table: Any = LimitKey.__table__
+    locking = select(table.c.kind).where(table.c.kind == kind, table.c.key == key).with_for_update()
+    if session.execute(locking).first() is not None:
+        return
+    _insert_skipping_conflicts(session, table, [{"kind": kind, "key": key, "created_at": now}])
+    session.execute(locking).first()
+
+
+def take_free_slot(
+    session: Session, key: str, n: int, execution_id: int, workflow_id: int, now: datetime
+) -> bool:
+    """Take the first free slot below ``n`` that no other transaction is taking or freeing
+    right now (``SKIP LOCKED``: never waits); whether one was taken."""
+    free = (
+        select(LimitSlot.slot)
+        .where(LimitSlot.key == key, LimitSlot.slot < n, LimitSlot.execution_id.is_(None))
+        .order_by(LimitSlot.slot)
+        .limit(1)
+        .with_for_update(skip_locked=True)
+    )
+    slot = session.execute(free).scalar()
+    if slot is None:
+        return False
+    _hold(session, key, [int(slot)], execution_id, workflow_id, now)
+    return True
+
+
+def _hold(
+    session: Session,
+    key: str,
+    slots: Sequence[int],
+    execution_id: int | None,
+    workflow_id: int | None,
+    now: datetime | None,
+) -> None:
+    session.execute(
+        update(LimitSlot)
+        .where(LimitSlot.key == key, LimitSlot.slot.in_(list(slots)))
+        .values(execution_id=execution_id, workflow_id=workflow_id, taken_at=now)
+        .execution_options(synchronize_session=False)
+    )
+
+
+@dataclass(frozen=True)
+class Holder:
+    slot: int
+    execution_id: int | None
+    live: bool  # it names an execution still in progress (one that ended left it stale)
+
+
+def lock_slots(session: Session, key: str, n: int, now: datetime) -> list[Holder]:
+    """Every slot row of ``key`` below ``n``, created if missing, locked — waiting for the
+    transactions taking or freeing one of them — and whether each holder still runs.
+
+    The rows are locked alone, in slot order, and the holders' states read after, without
+    locks: locking an execution in progress would wait for its phase 3, which waits for a
+    slot row.
+    """
+    table: Any = LimitSlot.__table__
+    rows = session.execute(
+        select(table.c.slot, table.c.execution_id)
+        .where(table.c.key == key, table.c.slot < n)
+        .order_by(table.c.slot)
+        .with_for_update()
+    ).all()
+    if len(rows) < n:
+        have = {int(r[0]) for r in rows}
+        missing = [{"key": key, "slot": s} for s in range(n) if s not in have]
+        _insert_skipping_conflicts(session, table, missing)
+        rows = session.execute(
+            select(table.c.slot, table.c.execution_id)
+            .where(table.c.key == key, table.c.slot < n)
+            .order_by(table.c.slot)
+            .with_for_update()
+        ).all()
+    ids = [int(r[1]) for r in rows if r[1] is not None]
+    running = set()
+    if ids:
+        running = set(
+            session.scalars(
+                select(StepExecution.id).where(
+                    StepExecution.id.in_(ids),
+                    in_state(StepExecution.state, ExecutionState.IN_PROGRESS),
+                )
+            )
+        )
+    return [
+        Holder(int(s), None if e is None else int(e), e is not None and int(e) in running)
+        for s, e in rows
+    ]
+
+
+def hold(
+    session: Session, key: str, slot: int, execution_id: int, workflow_id: int, now: datetime
+) -> None:
+    """Take ``slot`` (locked by :func:`lock_slots`)."""
+    _hold(session, key, [slot], execution_id, workflow_id, now)
+
+
+def free_slots(session: Session, key: str, slots: Sequence[int]) -> None:
+    """Free ``slots`` (locked by :func:`lock_slots`): stale ones."""
+    if slots:
+        _hold(session, key, slots, None, None, None)
+
+
+def release_slot(session: Session, execution_id: int) -> bool:
+    """Free the slot ``execution_id`` holds (locking that row); whether it held one."""
+    result = session.execute(
+        update(LimitSlot)
+        .where(LimitSlot.execution_id == execution_id)
+        .values(execution_id=None, workflow_id=None, taken_at=None)
+        .execution_options(synchronize_session=False)
+    )
+    return bool(getattr(result, "rowcount", 0))
+
+
+def add_waiter(session: Session, execution_id: int, key: str, priority: int, now: datetime) -> None:
+    drop_waiter(session, execution_id)
+    session.execute(
+        insert(LimitWaiter).values(execution_id=execution_id, key=key, priority=priority, since=now)
+    )
+
+
+def drop_waiter(session: Session, execution_id: int) -> None:
+    session.execute(delete(LimitWaiter).where(LimitWaiter.execution_id == execution_id))
+
+
+@dataclass(frozen=True)
+class Woken:
+    execution_id: int
+    workflow_id: int
+    step_name: str
+    queue: str
+
+
+def wake_waiters(
+    session: Session, key: str, count: int, parked_until: datetime, now: datetime
+) -> list[Woken]:
+    """Make the first ``count`` waiters of ``key`` due now (priority, then the longest
+    waiting), dropping waiters whose execution is no longer parked on the way.
+
+    The waiter rows are taken ``FOR UPDATE SKIP LOCKED``: one another release is waking at
+    this moment is left to it (waking it twice would wake one waiter fewer, and wait for
+    that release's commit while holding a slot row). The execution is made due only while
+    it is still parked (the UPDATE re-checks it under the row lock).
+    """
+    woken: list[Woken] = []
+    while len(woken) < count:
+        batch = session.execute(
+            select(LimitWaiter.execution_id)
+            .where(LimitWaiter.key == key)
+            .order_by(LimitWaiter.priority, LimitWaiter.since, LimitWaiter.execution_id)
+            .limit(count - len(woken))
+            .with_for_update(skip_locked=True)
+        ).all()
+        if not batch:
+            break
+        ids = [int(row[0]) for row in batch]
+        session.execute(delete(LimitWaiter).where(LimitWaiter.execution_id.in_(ids)))
+        parked = and_(
+            StepExecution.id.in_(ids),
+            in_state(StepExecution.state, ExecutionState.SCHEDULED),
+            StepExecution.scheduled_for == parked_until,
+        )
+        rows = session.execute(
+            select(
+                StepExecution.id,
+                StepExecution.workflow_id,
+                StepExecution.step_name,
+                StepExecution.queue,
+            ).where(parked)
+        ).all()
+        if not rows:
+            continue
+        session.execute(
+            update(StepExecution)
+            .where(parked)
+            .values(scheduled_for=now, updated_at=now)
+            .execution_options(synchronize_session=False)
+        )
+        woken += [Woken(int(r[0]), int(r[1]), str(r[2]), str(r[3])) for r in rows]
+    return woken
+
+
+def rate_starts(session: Session, key: str, since: datetime) -> list[datetime]:
+    """The starts of ``key`` after ``since``, oldest first (the sliding window)."""
+    stmt = (
+        select(RateStart.started_at)
+        .where(RateStart.key == key, RateStart.started_at > since)
+        .order_by(RateStart.started_at)
+    )
+    return list(session.scalars(stmt))
+
+
+def record_start(
+    session: Session, key: str, execution_id: int, now: datetime, before: datetime
+) -> None:
+    """Log a start of ``key``, and forget its starts at or before ``before`` (out of every
+    window from now on): the log holds at most a window's worth per key."""
+    session.execute(delete(RateStart).where(RateStart.key == key, RateStart.started_at <= before))
+    session.execute(insert(RateStart).values(key=key, started_at=now, execution_id=execution_id))
+
+
+# -- what an operator sees (admin.limits) ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KeyUse:
+    """One concurrency key: its holders (execution and workflow ids), its waiters' count."""
+
+    key: str
+    holders: tuple[tuple[int, int, datetime], ...]  # (execution id, workflow id, since)
+    waiters: int
+    workflow_types: tuple[str, ...]
+
+
+def concurrency_use(session: Session) -> list[KeyUse]:
+    """Every concurrency key with a holder or a waiter, by key. Stale slots (their execution
+    no longer in progress) are not shown: the next taker of the key frees them."""
+    wf = workflow_model()
+    live = in_state(StepExecution.state, ExecutionState.IN_PROGRESS)
+    held = session.execute(
+        select(
+            LimitSlot.key,
+            LimitSlot.execution_id,
+            LimitSlot.workflow_id,
+            LimitSlot.taken_at,
+            wf.type,
+        )
+        .join(StepExecution, StepExecution.id == LimitSlot.execution_id)
+        .join(wf, wf.id == LimitSlot.workflow_id)
+        .where(live)
+        .order_by(LimitSlot.key, LimitSlot.taken_at)
+    ).all()
+    waiting = session.execute(
+        select(LimitWaiter.key, func.count(), func.min(wf.type))
+        .join(StepExecution, StepExecution.id == LimitWaiter.execution_id)
+        .join(wf, wf.id == StepExecution.workflow_id)
+        .where(in_state(StepExecution.state, ExecutionState.SCHEDULED))
+        .group_by(LimitWaiter.key)
+    ).all()
+    keys: dict[str, dict[str, Any]] = {}
+    for key, execution_id, workflow_id, since, type_ in held:
+        entry = keys.setdefault(key, {"holders": [], "waiters": 0, "types": set()})
+        entry["holders"].append((int(execution_id or 0), int(workflow_id or 0), since))
+        entry["types"].add(type_)
+    for key, count, type_ in waiting:
+        entry = keys.setdefault(key, {"holders": [], "waiters": 0, "types": set()})
+        entry["waiters"] = int(count)
+        entry["types"].add(type_)
+    return [
+        KeyUse(key, tuple(e["holders"]), e["waiters"], tuple(sorted(e["types"])))
+        for key, e in sorted(keys.items())
+    ]
+
+
+def rate_use(session: Session, since: datetime) -> list[tuple[str, int, datetime | None]]:
+    """(key, starts after ``since``, the last start) per rate-limit key."""
+    rows = session.execute(
+        select(RateStart.key, func.count(), func.max(RateStart.started_at))
+        .where(RateStart.started_at > since)
+        .group_by(RateStart.key)
+        .order_by(RateStart.key)
+    )
+    return [(str(k), int(n), last) for k, n, last in rows]
