@@ -252,8 +252,11 @@ def run_geneva_drive(
     engine, _ = _gd.prepare(url)
     cls = getattr(importlib.import_module(app), class_name)
     env = {"GD_BENCH_HTTP_URL": http_url} if http_url else {}
+    engine.dispose()  # a backend flushes its statistics when it disconnects
     proc, cpu0 = start_worker(url, app, concurrency, async_concurrency, env)
     host0 = host_jiffies()
+    xacts0 = transactions(server, name)
+    polls = 0
     try:
         t0 = time.perf_counter()
         with Session(engine) as session:
@@ -262,6 +265,7 @@ def run_geneva_drive(
         polling = _gd.poll_engine(engine)
         try:
             while not _gd.done(polling, workflows):
+                polls += 1
                 if proc.poll() is not None:
                     raise RuntimeError(f"the worker exited ({proc.returncode}) mid-run")
                 if time.perf_counter() - t0 > TIMEOUT_S:
@@ -279,6 +283,11 @@ def run_geneva_drive(
             proc.wait(60)
         except subprocess.TimeoutExpired:
             proc.kill()
+    engine.dispose()
+    time.sleep(0.5)  # let the worker's backends exit (and report their counters)
+    xacts = [
+        after - before for after, before in zip(transactions(server, name), xacts0, strict=True)
+    ]
     rows = read_rows(engine)
     engine.dispose()
     server.drop_database(name)
@@ -294,6 +303,11 @@ def run_geneva_drive(
         "steps_per_s": round(workflows / rows["wall_s"], 1),
         "peak_rss_mb": round(gauges["peak_rss_mb"], 1),
         "cpu_s": round(gauges["cpu_s"] - cpu0, 2),
+        # The database's transactions over the run, per step: the worker's (claims, outcomes,
+        # idle polls, the lane's claims that find nothing) and this script's one create; its
+        # "are we done?" polls are left out (a rollback each, two for the last).
+        "commits_per_step": round((xacts[0] - 1) / workflows, 2),
+        "rollbacks_per_step": round(max(xacts[1] - polls - 2, 0) / workflows, 2),
         **host,
     }
     if lane == "async":
@@ -304,6 +318,15 @@ def run_geneva_drive(
         # What 1,000 would take at this concurrency, from this run's own rate.
         result["extrapolated_1000_s"] = round(1000 / result["steps_per_s"], 1)
     return result
+
+
+def transactions(server: Any, database: str) -> tuple[int, int]:
+    """``pg_stat_database``'s (commits, rollbacks) of ``database``, in a fresh snapshot."""
+    rows = server.admin(
+        "SELECT pg_stat_clear_snapshot(), xact_commit, xact_rollback FROM pg_stat_database "
+        f"WHERE datname = '{database}'"
+    )
+    return int(rows[0][1]), int(rows[0][2])
 
 
 def run_dbos(server: Any, python: str, workflows: int) -> dict[str, Any]:
