@@ -35,7 +35,10 @@ ARTIFACTS = Path(__file__).parent / "artifacts"
 DEADLINE = 60.0
 
 
-@pytest.fixture(scope="session")
+# Module scope, not session: Playwright's sync API leaves its event loop running in this
+# thread until it is stopped, and geneva-drive refuses to run an async step from a thread
+# whose loop is running — every later test that runs one synchronously would fail.
+@pytest.fixture(scope="module")
 def chromium() -> Iterator[Any]:
     executable = os.environ.get("GD_CHROMIUM") or shutil.which("chromium")
     try:
