@@ -25,6 +25,7 @@ Environment:
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 from collections import Counter
@@ -363,3 +364,22 @@ def session(gd: Any) -> Iterator[Any]:
 
     with Session(gd.engine, expire_on_commit=False) as s:
         yield s
+
+
+@pytest.fixture(autouse=True)
+def _root_logging_restored() -> Iterator[None]:
+    """A command run in-process (Typer's CliRunner) configures the root logger for its run
+    (``runtime.logs.setup``: a handler on the runner's stderr, which is closed once the run
+    ends). Left in place, that handler fails on every later record — "I/O operation on
+    closed file", printed into a later command's output. Each test gets the root logger back
+    as it found it."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    for handler in root.handlers:
+        if handler not in handlers:
+            root.removeHandler(handler)
+    for handler in handlers:
+        if handler not in root.handlers:
+            root.addHandler(handler)
+    root.setLevel(level)

@@ -14,7 +14,7 @@ from geneva_drive.admin.family import Family, family
 from geneva_drive.admin.find import WorkflowSummary, summaries
 from geneva_drive.core.errors import AdminInputError, AdminNotFound
 from geneva_drive.core.states import ExecutionState, Outcome
-from geneva_drive.engine import tracing
+from geneva_drive.core.traceparent import trace_id
 from geneva_drive.storage import serialization
 from geneva_drive.storage.models import TIMEOUT_FOR
 from geneva_drive.storage.queries import admin as q
@@ -134,7 +134,7 @@ def show(session: Session, workflow_id: int, *, max_executions: int = 1000) -> T
         wait_deadline=summary.wait_deadline,
         truncated=truncated,
         family=family(session, workflow_id),
-        trace_id=tracing.trace_id(row.trace_context),
+        trace_id=trace_id(row.trace_context),
     )
 
 

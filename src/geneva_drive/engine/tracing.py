@@ -82,18 +82,6 @@ def current_traceparent(config: Settings) -> str | None:
     return f"00-{context.trace_id:032x}-{context.span_id:016x}-{int(context.trace_flags):02x}"
 
 
-def trace_id(traceparent: str | None) -> str | None:
-    """The trace id (32 hex digits) of a stored W3C traceparent; None if none or malformed."""
-    parts = (traceparent or "").split("-")
-    if len(parts) != 4 or len(parts[1]) != 32:
-        return None
-    try:
-        valid = int(parts[1], 16) != 0
-    except ValueError:
-        return None
-    return parts[1].lower() if valid else None
-
-
 def _span_context(api: ModuleType, traceparent: str | None) -> Any:
     """The remote span context a stored traceparent stands for, or None if it is malformed."""
     parts = (traceparent or "").split("-")

@@ -457,11 +457,13 @@ def workflow_counts(session: Session, ended_since: datetime) -> Sequence[Any]:
     """
     wf = workflows_table
     columns = (wf.c.type, wf.c.state, func.count())
-    ongoing = select(*columns).where(_workflow_in(wf, _ONGOING)).group_by(wf.c.type, wf.c.state)
+    # Grouped by (state, type), not (type, state): grouped by type first, SQLite walks the
+    # whole type index to save the GROUP BY a sort, and the cost follows the history.
+    ongoing = select(*columns).where(_workflow_in(wf, _ONGOING)).group_by(wf.c.state, wf.c.type)
     ended = (
         select(*columns)
         .where(_workflow_in(wf, _ENDED), wf.c.transitioned_at >= ended_since)
-        .group_by(wf.c.type, wf.c.state)
+        .group_by(wf.c.state, wf.c.type)
     )
     return session.execute(ongoing.union_all(ended)).all()
 

@@ -17,7 +17,7 @@ from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from geneva_drive.core.states import TERMINAL_WORKFLOW_STATES, WorkflowState
-from geneva_drive.storage.models import StepExecution, WorkflowColumns
+from geneva_drive.storage.models import StepExecution, WorkflowColumns, workflows_table
 from geneva_drive.storage.queries._sql import workflow_model
 from geneva_drive.storage.queries.bypass import mark_written_if_loaded
 
@@ -98,8 +98,11 @@ def children_page(session: Session, parent_id: int, *, limit: int) -> Sequence[W
 
 
 def family_of(session: Session, workflow_id: int) -> Any:
-    """The workflow's parent (id, type, state), its own key, and its counters: one row, by id."""
-    wf = workflow_model().__table__
+    """The workflow's parent (id, type, state), its own key, and its counters: one row, by id.
+
+    On the table, not the mapped class: ``show`` calls it for every workflow, and a reading
+    command must not import the workflow DSL to map it (issue 42)."""
+    wf = workflows_table
     parent = wf.alias("parent")
     stmt = (
         select(
