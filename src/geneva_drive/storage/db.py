@@ -92,13 +92,21 @@ def async_engine_like(engine: Engine, *, pool_size: int) -> AsyncEngine:
     from sqlalchemy.ext.asyncio import create_async_engine as create  # only where async runs
 
     dialect = dialect_of(engine)
-    if dialect.async_driver is None:  # pragma: no cover - every dialect names one today
+    url = _async_url(engine)
+    if url is None:  # pragma: no cover - every dialect names one today
         raise ValueError(f"async steps are not supported on {engine.dialect.name}")
-    url = engine.url.set(drivername=f"{engine.url.get_backend_name()}+{dialect.async_driver}")
     url, kwargs = dialect.engine_arguments(url, {"pool_size": pool_size, "max_overflow": 0})
     built = create(url, **kwargs)
     prepare_engine(built.sync_engine)
     return built
+
+
+def _async_url(engine: Engine) -> sqlalchemy.URL | None:
+    """``engine``'s database through its dialect's async driver; None if it names none."""
+    driver = dialect_of(engine).async_driver
+    if driver is None:
+        return None
+    return engine.url.set(drivername=f"{engine.url.get_backend_name()}+{driver}")
 
 
 # The extra that installs a module an async driver imports; the others come with ``async``.
@@ -108,10 +116,10 @@ _EXTRA_OF_MODULE = {"psycopg": "postgres", "pymysql": "mysql"}
 def missing_async_driver(engine: Engine) -> tuple[str, str, str] | None:
     """Why :func:`async_engine_like` cannot work here: (the async driver, the module that
     does not import, the extra that installs it) — or None when it can."""
-    driver = dialect_of(engine).async_driver
-    if driver is None:  # pragma: no cover - every dialect names one today
+    url = _async_url(engine)
+    if url is None:  # pragma: no cover - every dialect names one today
         return None
-    url = engine.url.set(drivername=f"{engine.url.get_backend_name()}+{driver}")
+    driver = url.get_driver_name()
     try:
         importlib.import_module("greenlet")  # SQLAlchemy's asyncio runs on it
         url.get_dialect(_is_async=True).import_dbapi()

@@ -130,7 +130,7 @@ def count_child_end(session: Session, parent_id: int, *, failed: bool) -> Any:
     lock the UPDATE took, so nothing can change it in between). A loaded parent instance in
     the session gets the new counters too.
     """
-    wf: Any = workflow_model().__table__
+    wf: Any = workflows_table
     values = {"children_ended": wf.c.children_ended + 1}
     if failed:
         values["children_failed"] = wf.c.children_failed + 1
