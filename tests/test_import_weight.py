@@ -141,6 +141,20 @@ def test_json_output_imports_no_rich(database, args, tmp_path):
     assert "rich" not in loaded
 
 
+OTHER_DATABASES = ("sqlalchemy.dialects.postgresql", "sqlalchemy.dialects.mysql")
+
+
+@pytest.mark.parametrize(
+    "args", [("list", "--limit", "50"), ("show", "1"), ("stats",)], ids=["list", "show", "stats"]
+)
+def test_reading_commands_on_sqlite_import_no_other_database(database, args, tmp_path):
+    """SQLAlchemy's PostgreSQL and MySQL dialect packages (their drivers' modules, asyncpg's
+    and aiomysql's adapters) cost a SQLite command ~25 ms; the schema's types for those
+    databases are chosen when one of them compiles it."""
+    code = command(*args, "--database-url", database)
+    assert loaded_after(code, tmp_path, (*OTHER_DATABASES, "rich")) == {"rich"}
+
+
 def test_admin_find_stays_the_function_after_its_module_is_imported(tmp_path):
     code = (
         "import geneva_drive.admin.find as _\n"
