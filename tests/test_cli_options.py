@@ -140,3 +140,10 @@ def test_help_lists_every_command_and_a_mistyped_one_is_a_usage_error(capsys):
     code, err = run_main(capsys, "lsit", *URL)
     assert code == 2
     assert "No such command 'lsit'" in err, err
+
+
+def test_help_before_a_command_name_lists_every_command(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help", "list"])  # Click shows the group's help: every command in it
+    out = capsys.readouterr().out
+    assert all(name in out for name in ("migrate", "worker", "list", "show", "dashboard"))

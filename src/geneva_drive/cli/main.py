@@ -286,8 +286,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = [a for a in args if a != TRACEBACK_FLAG]
     command = next((a for a in args if not a.startswith("-")), None)
     where = f"{PROG} {command}" if command else PROG
+    # `--help` before the command's name shows the whole group's help: every command in it.
+    group_help = command is not None and "--help" in args[: args.index(command)]
     try:
-        code = command_line(command).main(args=args, prog_name=PROG, standalone_mode=False)
+        built = command_line(None if group_help else command)
+        code = built.main(args=args, prog_name=PROG, standalone_mode=False)
     except _NO_ARGS_IS_HELP as error:
         error.show()
         code = error.exit_code
