@@ -19,6 +19,7 @@ from sqlalchemy import event, insert, text
 
 from geneva_drive import Signal, StepExecution, Workflow
 from geneva_drive.runtime import housekeeping
+from geneva_drive.storage.models import WHERE_INFO_KEY
 from tests.worker._support import table_of
 from tests.worker.test_housekeeping import HousekeepingTwoSteps
 
@@ -149,7 +150,7 @@ PARTIAL_INDEXES = {
     index.name
     for table in (Workflow.__table__, StepExecution.__table__)
     for index in table.indexes  # type: ignore[attr-defined]
-    if index.dialect_options["postgresql"]["where"] is not None
+    if WHERE_INFO_KEY in index.info
 }
 
 

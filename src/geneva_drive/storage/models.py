@@ -28,7 +28,6 @@ from sqlalchemy import (
     event,
     text,
 )
-from sqlalchemy.dialects import mysql, postgresql
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator, TypeEngine
@@ -57,13 +56,38 @@ PARTIAL_INDEX_DIALECTS = ("postgresql", "sqlite")
 # Our tables' own character set and collation on MySQL/MariaDB, whatever the server default:
 # a binary collation compares strings exactly, as PostgreSQL and SQLite do (idempotency keys,
 # step names and hero ids differing only in case are different).
-# (SQLAlchemy's MariaDB dialect reads the mariadb_ spelling, its MySQL dialect the mysql_ one.)
-MYSQL_TABLE_OPTIONS: dict[str, Any] = {
-    f"{prefix}_{option}": value
-    for prefix in MYSQL_DIALECTS
-    for option, value in (("charset", "utf8mb4"), ("collate", "utf8mb4_bin"))
-}
+MYSQL_TABLE_OPTIONS = (("charset", "utf8mb4"), ("collate", "utf8mb4_bin"))
 DIALECTS_INFO_KEY = "geneva_drive_dialects"
+WHERE_INFO_KEY = "geneva_drive_where"  # a partial index's predicate (PostgreSQL, SQLite)
+
+
+def partial(index: Index, where: str) -> Index:
+    """``index`` over the rows ``where`` holds, on PostgreSQL and SQLite (see
+    :func:`declare_dialect_options`)."""
+    index.info[WHERE_INFO_KEY] = text(where)
+    return index
+
+
+def declare_dialect_options(table: Table, dialect_name: str) -> None:
+    """Give SQLAlchemy ``table``'s options for one database: the partial indexes' predicates
+    on PostgreSQL and SQLite, the character set and collation on MySQL/MariaDB. Idempotent.
+
+    Not declared as keyword arguments (``postgresql_where=``, ``mysql_charset=``): SQLAlchemy
+    checks each by importing that database's dialect package — PostgreSQL's imports every
+    driver's module, asyncpg's adapter and asyncio — so every process paid for all three
+    databases at start (issue 42). Only DDL and schema comparisons read these options: the
+    ``before_create`` hook below and the migrations' environment declare them for the database
+    they talk to.
+    """
+    if dialect_name in PARTIAL_INDEX_DIALECTS:
+        for index in table.indexes:
+            where = index.info.get(WHERE_INFO_KEY)
+            if where is not None:
+                index.dialect_options[dialect_name]["where"] = where
+    if dialect_name in MYSQL_DIALECTS:
+        for prefix in MYSQL_DIALECTS:  # SQLAlchemy's MariaDB dialect reads mariadb_ options
+            for option, value in MYSQL_TABLE_OPTIONS:
+                table.dialect_options[prefix][option] = value
 
 
 def only_on(index: Index, dialects: tuple[str, ...]) -> Index:
@@ -92,6 +116,8 @@ class UTCDateTime(TypeDecorator[datetime]):
         # MySQL/MariaDB DATETIME drops fractions of a second unless asked for them; ordering
         # executions by (created_at, id) and due times within one second need microseconds.
         if dialect.name in MYSQL_DIALECTS:
+            from sqlalchemy.dialects import mysql  # loaded already: the dialect in use
+
             return dialect.type_descriptor(mysql.DATETIME(fsp=6))
         return dialect.type_descriptor(DateTime())
 
@@ -108,13 +134,48 @@ class UTCDateTime(TypeDecorator[datetime]):
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
+# The types for one database are chosen when its dialect compiles or binds the column
+# (``load_dialect_impl``), not with ``with_variant(postgresql.JSONB(), …)``: naming them at
+# import would import SQLAlchemy's PostgreSQL and MySQL dialect packages, with all their drivers'
+# modules, into every process, whatever its database (issue 42). DDL and binding are the same.
+
+
+class JsonDocument(TypeDecorator[Any]):
+    """JSON; JSONB on PostgreSQL. On MariaDB, JSON is an alias of LONGTEXT with a json_valid()
+    check; SQLAlchemy's JSON type encodes and decodes it all the same (MySQL 8 has a native JSON
+    type). Python ``None`` is stored as JSON ``null``, as ``JSON()`` stores it."""
+
+    impl = JSON
+    cache_ok = True
+    should_evaluate_none = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        if dialect.name == "postgresql":
+            from sqlalchemy.dialects import postgresql  # loaded already: the dialect in use
+
+            return dialect.type_descriptor(postgresql.JSONB())
+        return super().load_dialect_impl(dialect)
+
+
+class UnboundedText(TypeDecorator[str]):
+    """TEXT; LONGTEXT on MySQL/MariaDB, whose TEXT stops at 64 KiB (error messages and
+    backtraces are unbounded)."""
+
+    impl = Text
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        if dialect.name in MYSQL_DIALECTS:
+            from sqlalchemy.dialects import mysql  # loaded already: the dialect in use
+
+            return dialect.type_descriptor(mysql.LONGTEXT())
+        return super().load_dialect_impl(dialect)
+
+
 # SQLite only auto-increments a column declared exactly INTEGER PRIMARY KEY.
 Id = BigInteger().with_variant(Integer(), "sqlite")
-# On MariaDB, JSON is an alias of LONGTEXT with a json_valid() check; SQLAlchemy's JSON type
-# encodes and decodes it all the same (MySQL 8 has a native JSON type).
-Json = JSON().with_variant(postgresql.JSONB(), "postgresql")
-# Error messages and backtraces are unbounded; MySQL's TEXT stops at 64 KiB.
-LongText = Text().with_variant(mysql.LONGTEXT(), *MYSQL_DIALECTS)
+Json = JsonDocument()
+LongText = UnboundedText()
 
 
 class Base(DeclarativeBase):
@@ -153,14 +214,15 @@ def _workflow_indexes() -> tuple[Index, ...]:
         # One ongoing workflow per (class, hero): the database is the arbiter under races.
         # MySQL/MariaDB: a unique generated column instead (see MYSQL_UNIQUE_KEYS).
         only_on(
-            Index(
-                "ix_geneva_drive_workflows_unique_ongoing",
-                "type",
-                "hero_type",
-                "hero_id",
-                unique=True,
-                postgresql_where=text(ongoing),
-                sqlite_where=text(ongoing),
+            partial(
+                Index(
+                    "ix_geneva_drive_workflows_unique_ongoing",
+                    "type",
+                    "hero_type",
+                    "hero_id",
+                    unique=True,
+                ),
+                ongoing,
             ),
             PARTIAL_INDEX_DIALECTS,
         ),
@@ -206,18 +268,8 @@ def _where_index(
 ) -> tuple[Index, Index]:
     """``name`` over ``columns WHERE where`` where partial indexes exist, else over
     ``mysql_columns`` (MySQL/MariaDB)."""
-    predicate = text(where)
     return (
-        only_on(
-            Index(
-                name,
-                *columns,
-                unique=unique,
-                postgresql_where=predicate,
-                sqlite_where=predicate,
-            ),
-            PARTIAL_INDEX_DIALECTS,
-        ),
+        only_on(partial(Index(name, *columns, unique=unique), where), PARTIAL_INDEX_DIALECTS),
         only_on(Index(name, *mysql_columns, unique=unique), MYSQL_DIALECTS),
     )
 
@@ -257,6 +309,12 @@ MYSQL_UNIQUE_KEYS = (
     ),
 )
 MYSQL_UNIQUE_KEY_COLUMNS = frozenset(column for _, column, *_ in MYSQL_UNIQUE_KEYS)
+
+
+@event.listens_for(Table, "before_create")
+def _declare_dialect_options(table: Table, connection: Connection, **_kw: Any) -> None:
+    if table.metadata is Base.metadata:
+        declare_dialect_options(table, connection.dialect.name)
 
 
 @event.listens_for(Table, "after_create")
@@ -327,7 +385,6 @@ workflows_table = Table(
     Column("children_ended", Integer, nullable=False, server_default=text("0")),
     Column("children_failed", Integer, nullable=False, server_default=text("0")),
     *_workflow_indexes(),
-    **MYSQL_TABLE_OPTIONS,
 )
 
 
@@ -428,12 +485,9 @@ class StepExecution(Timestamps, Base):
         # the stray sweep instead, so a parked row never blocks the creation of its successor).
         # MySQL/MariaDB: a unique generated column instead (see MYSQL_UNIQUE_KEYS).
         only_on(
-            Index(
-                "ix_geneva_drive_step_executions_one_active",
-                "workflow_id",
-                unique=True,
-                postgresql_where=text("state IN ('scheduled', 'in_progress')"),
-                sqlite_where=text("state IN ('scheduled', 'in_progress')"),
+            partial(
+                Index("ix_geneva_drive_step_executions_one_active", "workflow_id", unique=True),
+                "state IN ('scheduled', 'in_progress')",
             ),
             PARTIAL_INDEX_DIALECTS,
         ),
@@ -482,7 +536,6 @@ class StepExecution(Timestamps, Base):
             "workflow_id",
             state="failed",
         ),
-        MYSQL_TABLE_OPTIONS,
     )
 
     # -- reading -------------------------------------------------------------------------
@@ -559,7 +612,6 @@ class Signal(Timestamps, Base):
             "ix_geneva_drive_signals_dedup", "workflow_id", "name", "idempotency_key", unique=True
         ),
         Index("ix_geneva_drive_signals_workflow_state", "workflow_id", "state"),
-        MYSQL_TABLE_OPTIONS,
     )
 
     duplicate_delivery: bool = False  # per instance, set by Workflow.signal(); not a column
@@ -591,10 +643,7 @@ class OperatorAction(Base):
     at: Mapped[datetime] = mapped_column(UTCDateTime())
     detail: Mapped[dict[str, Any] | None] = mapped_column(Json)
 
-    __table_args__ = (
-        Index("ix_geneva_drive_operator_actions_workflow_at", "workflow_id", "at"),
-        MYSQL_TABLE_OPTIONS,
-    )
+    __table_args__ = (Index("ix_geneva_drive_operator_actions_workflow_at", "workflow_id", "at"),)
 
     def __repr__(self) -> str:
         return (
@@ -624,8 +673,6 @@ class ScheduleRow(Base):
     paused: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=_now, onupdate=_now)
 
-    __table_args__ = (MYSQL_TABLE_OPTIONS,)
-
     def __repr__(self) -> str:
         return (
             f"<ScheduleRow {self.workflow_type} next={self.next_tick} last={self.last_tick} "
@@ -651,8 +698,6 @@ class LimitKey(Base):
     key: Mapped[str] = mapped_column(String(255), primary_key=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
 
-    __table_args__ = (MYSQL_TABLE_OPTIONS,)
-
 
 class LimitSlot(Base):
     """One of a concurrency key's slots, numbered from 0 below the limit; held by the
@@ -669,7 +714,6 @@ class LimitSlot(Base):
 
     __table_args__ = (
         Index("ix_geneva_drive_limit_slots_execution", "execution_id", unique=True),
-        MYSQL_TABLE_OPTIONS,
     )
 
 
@@ -686,7 +730,6 @@ class LimitWaiter(Base):
 
     __table_args__ = (
         Index("ix_geneva_drive_limit_waiters_key", "key", "priority", "since", "execution_id"),
-        MYSQL_TABLE_OPTIONS,
     )
 
 
@@ -702,5 +745,4 @@ class RateStart(Base):
 
     __table_args__ = (
         Index("ix_geneva_drive_rate_starts_key", "key", "started_at"),
-        MYSQL_TABLE_OPTIONS,
     )

@@ -18,7 +18,6 @@ from typing import Protocol
 
 from geneva_drive.core.ports import EnqueuedStep
 from geneva_drive.core.settings import settings
-from geneva_drive.engine.wakeups import DUE_NOW_MARGIN
 from geneva_drive.storage import queries
 from geneva_drive.storage.dialects import dialect_of
 
@@ -89,6 +88,11 @@ class DatabaseBackend:
         # cost is a lost wake-up if this process dies between commit and NOTIFY: the row is
         # still there and the next poll finds it. (Starts and signals from an application's
         # own transaction NOTIFY inside it instead: ``starting.wake_with_commit``.)
+        # Imported here: every configure() builds this backend, and a process that never
+        # enqueues (a CLI command reading rows) should not import the engine's wake-ups and
+        # the queries they use (issue 42); one that enqueues has imported them already.
+        from geneva_drive.engine.wakeups import DUE_NOW_MARGIN
+
         config = settings()
         engine = config.engine
         if engine is None or not dialect_of(engine).notifies:

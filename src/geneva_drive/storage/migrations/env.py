@@ -22,7 +22,7 @@ from alembic import context
 from sqlalchemy import Connection, make_url
 
 from geneva_drive.storage.migrate import VERSION_TABLE, compare_server_default, comparison_filter
-from geneva_drive.storage.models import Base
+from geneva_drive.storage.models import Base, declare_dialect_options
 
 config = context.config
 version_table = config.get_main_option("version_table") or VERSION_TABLE
@@ -36,6 +36,8 @@ def include_name(name: str | None, type_: str, parent_names: Any) -> bool:
 
 
 def _options(dialect_name: str) -> dict[str, Any]:
+    for table in Base.metadata.tables.values():  # partial indexes' predicates, MySQL's charset
+        declare_dialect_options(table, dialect_name)
     return {
         "target_metadata": Base.metadata,
         "version_table": version_table,

@@ -25,70 +25,137 @@ recovery taking the execution from a run waits for it, a deadlock the database s
 
 from __future__ import annotations
 
-from geneva_drive.storage.queries._sql import defined_workflow_model, is_transient
-from geneva_drive.storage.queries.bypass import (
-    lock_execution,
-    lock_workflow,
-    remember_workflow_lock,
-    write_through,
-)
-from geneva_drive.storage.queries.claims import (
-    claim_due_execution,
-    claim_execution,
-    expired_lease_ids,
-    extend_leases,
-    next_claimable_due_time,
-    recovered_from,
-)
-from geneva_drive.storage.queries.coordination import (
-    listen_statement,
-    notifies,
-    notify_due,
-    release_housekeeping_lock,
-    try_housekeeping_lock,
-)
-from geneva_drive.storage.queries.dispatch import (
-    delivery_facts,
-    executions_to_dispatch,
-    record_job_id,
-)
-from geneva_drive.storage.queries.executions import (
-    attempt_number,
-    checkpoint_execution,
-    complete_in_one_statement,
-    consecutive_reattempt_count,
-    current_execution,
-    execution_history,
-    executions_of_step,
-    get_execution,
-    insert_execution,
-    newest_paused_marker,
-    start_both,
-    successor_of,
-    sweep_strays,
-)
-from geneva_drive.storage.queries.handover import Handover, NextClaim, finish_and_start_next
-from geneva_drive.storage.queries.housekeeping import (
-    delete_executions_of_old_workflows,
-    delete_old_workflows,
-    delete_signals_of_old_workflows,
-    stuck_in_progress_ids,
-    stuck_scheduled_ids,
-    waiting_counts,
-)
-from geneva_drive.storage.queries.signals import (
-    executions_attached_to,
-    find_delivery,
-    newest_signal_named,
-    parked_executions,
-    unconsumed_signals,
-)
-from geneva_drive.storage.queries.workflows import find_ongoing_duplicate
+from typing import TYPE_CHECKING, Any
+
+from geneva_drive.core import lazy
+
+if TYPE_CHECKING:
+    from geneva_drive.storage.queries._sql import defined_workflow_model, is_transient
+    from geneva_drive.storage.queries.bypass import (
+        lock_execution,
+        lock_workflow,
+        remember_workflow_lock,
+        write_through,
+    )
+    from geneva_drive.storage.queries.claims import (
+        claim_due_execution,
+        claim_execution,
+        expired_lease_ids,
+        extend_leases,
+        next_claimable_due_time,
+        recovered_from,
+    )
+    from geneva_drive.storage.queries.coordination import (
+        listen_statement,
+        notifies,
+        notify_due,
+        release_housekeeping_lock,
+        try_housekeeping_lock,
+    )
+    from geneva_drive.storage.queries.dispatch import (
+        delivery_facts,
+        executions_to_dispatch,
+        record_job_id,
+    )
+    from geneva_drive.storage.queries.executions import (
+        attempt_number,
+        checkpoint_execution,
+        complete_in_one_statement,
+        consecutive_reattempt_count,
+        current_execution,
+        execution_history,
+        executions_of_step,
+        get_execution,
+        insert_execution,
+        newest_paused_marker,
+        start_both,
+        successor_of,
+        sweep_strays,
+    )
+    from geneva_drive.storage.queries.handover import Handover, NextClaim, finish_and_start_next
+    from geneva_drive.storage.queries.housekeeping import (
+        delete_executions_of_old_workflows,
+        delete_old_workflows,
+        delete_signals_of_old_workflows,
+        stuck_in_progress_ids,
+        stuck_scheduled_ids,
+        waiting_counts,
+    )
+    from geneva_drive.storage.queries.signals import (
+        executions_attached_to,
+        find_delivery,
+        newest_signal_named,
+        parked_executions,
+        unconsumed_signals,
+    )
+    from geneva_drive.storage.queries.workflows import find_ongoing_duplicate
+
+# Each name's module is imported when the name is first used (PEP 562): a command that reads a
+# page of workflows needs the admin queries, not the claim, the handover or the dispatch, which
+# would cost every CLI command their import at start (issue 42).
+_EXPORTS: dict[str, str] = {
+    "Handover": "geneva_drive.storage.queries.handover",
+    "NextClaim": "geneva_drive.storage.queries.handover",
+    "attempt_number": "geneva_drive.storage.queries.executions",
+    "checkpoint_execution": "geneva_drive.storage.queries.executions",
+    "claim_due_execution": "geneva_drive.storage.queries.claims",
+    "claim_execution": "geneva_drive.storage.queries.claims",
+    "complete_in_one_statement": "geneva_drive.storage.queries.executions",
+    "consecutive_reattempt_count": "geneva_drive.storage.queries.executions",
+    "current_execution": "geneva_drive.storage.queries.executions",
+    "defined_workflow_model": "geneva_drive.storage.queries._sql",
+    "delete_executions_of_old_workflows": "geneva_drive.storage.queries.housekeeping",
+    "delete_old_workflows": "geneva_drive.storage.queries.housekeeping",
+    "delete_signals_of_old_workflows": "geneva_drive.storage.queries.housekeeping",
+    "delivery_facts": "geneva_drive.storage.queries.dispatch",
+    "execution_history": "geneva_drive.storage.queries.executions",
+    "executions_attached_to": "geneva_drive.storage.queries.signals",
+    "executions_of_step": "geneva_drive.storage.queries.executions",
+    "executions_to_dispatch": "geneva_drive.storage.queries.dispatch",
+    "expired_lease_ids": "geneva_drive.storage.queries.claims",
+    "extend_leases": "geneva_drive.storage.queries.claims",
+    "find_delivery": "geneva_drive.storage.queries.signals",
+    "find_ongoing_duplicate": "geneva_drive.storage.queries.workflows",
+    "finish_and_start_next": "geneva_drive.storage.queries.handover",
+    "get_execution": "geneva_drive.storage.queries.executions",
+    "insert_execution": "geneva_drive.storage.queries.executions",
+    "is_transient": "geneva_drive.storage.queries._sql",
+    "listen_statement": "geneva_drive.storage.queries.coordination",
+    "lock_execution": "geneva_drive.storage.queries.bypass",
+    "lock_workflow": "geneva_drive.storage.queries.bypass",
+    "newest_paused_marker": "geneva_drive.storage.queries.executions",
+    "newest_signal_named": "geneva_drive.storage.queries.signals",
+    "next_claimable_due_time": "geneva_drive.storage.queries.claims",
+    "notifies": "geneva_drive.storage.queries.coordination",
+    "notify_due": "geneva_drive.storage.queries.coordination",
+    "parked_executions": "geneva_drive.storage.queries.signals",
+    "record_job_id": "geneva_drive.storage.queries.dispatch",
+    "recovered_from": "geneva_drive.storage.queries.claims",
+    "release_housekeeping_lock": "geneva_drive.storage.queries.coordination",
+    "remember_workflow_lock": "geneva_drive.storage.queries.bypass",
+    "start_both": "geneva_drive.storage.queries.executions",
+    "stuck_in_progress_ids": "geneva_drive.storage.queries.housekeeping",
+    "stuck_scheduled_ids": "geneva_drive.storage.queries.housekeeping",
+    "successor_of": "geneva_drive.storage.queries.executions",
+    "sweep_strays": "geneva_drive.storage.queries.executions",
+    "try_housekeeping_lock": "geneva_drive.storage.queries.coordination",
+    "unconsumed_signals": "geneva_drive.storage.queries.signals",
+    "waiting_counts": "geneva_drive.storage.queries.housekeeping",
+    "write_through": "geneva_drive.storage.queries.bypass",
+}
+
+
+def __getattr__(name: str) -> Any:
+    return lazy.load(__name__, _EXPORTS, globals(), name)
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
 
 __all__ = [
     "Handover",
     "NextClaim",
-    "attempt_number",
     "checkpoint_execution",
     "claim_due_execution",
     "claim_execution",
@@ -133,5 +200,6 @@ __all__ = [
     "try_housekeeping_lock",
     "unconsumed_signals",
     "waiting_counts",
+    "workflow_counts",
     "write_through",
 ]

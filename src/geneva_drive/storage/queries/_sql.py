@@ -15,7 +15,6 @@ from sqlalchemy import (
     or_,
 )
 from sqlalchemy import cast as sql_cast
-from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
@@ -127,4 +126,6 @@ def text_array(names: tuple[str, ...]) -> str:
 
 def as_array(name: str) -> Any:
     """The bound parameter ``name``, a :func:`text_array`, as an array of text."""
+    from sqlalchemy.dialects.postgresql import ARRAY  # PostgreSQL's statements only
+
     return sql_cast(bindparam(name, type_=String), ARRAY(String))

@@ -38,7 +38,6 @@ from sqlalchemy.orm import Session, aliased
 from geneva_drive.core.states import ExecutionState, WorkflowState
 from geneva_drive.storage.models import OperatorAction, Signal, StepExecution, workflows_table
 from geneva_drive.storage.queries._sql import in_state
-from geneva_drive.storage.queries.bypass import write_through
 
 WORKFLOW_COLUMNS = (
     "id",
@@ -386,6 +385,10 @@ def make_due(session: Session, execution: StepExecution, now: datetime) -> bool:
 
     Only while it is still scheduled: a worker may have claimed it since it was read.
     """
+    # Imported here: the ORM bypass is the engine's (~4 ms), and the other admin queries
+    # read — a page of workflows needs none of it (issue 42).
+    from geneva_drive.storage.queries.bypass import write_through
+
     return write_through(
         session,
         execution,

@@ -28,7 +28,6 @@ from typing import Any
 
 from sqlalchemy import Connection, String, bindparam, cast, func, insert, select, true, tuple_
 from sqlalchemy import inspect as sa_inspect
-from sqlalchemy.dialects import postgresql
 from sqlalchemy.exc import IntegrityError
 
 from geneva_drive.core.states import WorkflowState
@@ -371,6 +370,8 @@ def _create_stmt(wake: bool) -> Any:
     No workflow row (refused), no execution row: the SELECT returns nothing. The NOTIFY is
     queued by the transaction and delivered at its commit (never for a rollback).
     """
+    from sqlalchemy.dialects import postgresql  # PostgreSQL's statements only
+
     workflows: Any = workflow_model().__table__
     w_columns = sa_inspect(workflow_model()).column_attrs
     w = (
@@ -398,6 +399,8 @@ def _start_many_stmt(wake: bool) -> Any:
     Two duplicate heroes in one array would be one insert and one DO NOTHING; the caller
     passes each hero once anyway.
     """
+    from sqlalchemy.dialects import postgresql  # PostgreSQL's statements only
+
     workflows: Any = workflow_model().__table__
     w_columns = sa_inspect(workflow_model()).column_attrs
     heroes = (
