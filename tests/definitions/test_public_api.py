@@ -16,9 +16,12 @@ EXPECTED_PUBLIC_NAMES = [
     "FrozenClock",
     "GenevaDriveError",
     "InlineBackend",
+    "InputTooLargeError",
     "InvalidStateError",
     "InvalidStateTransition",
+    "MetadataTooLargeError",
     "Outcome",
+    "ResultTooLargeError",
     "SerializationError",
     "Settings",
     "Signal",
@@ -121,7 +124,7 @@ def test_every_deliberate_error_derives_from_the_package_base_error():
         for name in EXPECTED_PUBLIC_NAMES
         if name.endswith(("Error", "Transition", "Ongoing"))
     ]
-    assert len(errors) == 13
+    assert len(errors) == 16
     assert all(issubclass(error, geneva_drive.GenevaDriveError) for error in errors)
 
 
@@ -130,6 +133,9 @@ def test_payload_size_errors_share_a_base_class():
 
     assert issubclass(geneva_drive.SignalPayloadTooLargeError, PayloadTooLargeError)
     assert issubclass(geneva_drive.CursorTooLargeError, PayloadTooLargeError)
+    assert issubclass(geneva_drive.InputTooLargeError, PayloadTooLargeError)
+    assert issubclass(geneva_drive.ResultTooLargeError, PayloadTooLargeError)
+    assert issubclass(geneva_drive.MetadataTooLargeError, PayloadTooLargeError)
 
 
 def test_step_not_defined_is_a_step_execution_error_carrying_its_context():

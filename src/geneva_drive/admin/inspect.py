@@ -44,6 +44,7 @@ class ExecutionEntry:
     awaiting_signal: str | None = None
     wait_deadline: datetime | None = None
     waiting_since: datetime | None = None  # while (and since when) the row waits
+    result: Any = None  # what the step returned, on a successful execution (decoded)
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,7 @@ class Timeline:
     awaiting_signal: str | None
     wait_deadline: datetime | None
     truncated: bool = False  # only the newest ``max_executions`` executions are listed
+    input: Any = None  # the value passed as create(input=...), decoded
 
 
 def show(session: Session, workflow_id: int, *, max_executions: int = 1000) -> Timeline:
@@ -126,6 +128,7 @@ def show(session: Session, workflow_id: int, *, max_executions: int = 1000) -> T
         awaiting_signal=summary.awaiting_signal,
         wait_deadline=summary.wait_deadline,
         truncated=truncated,
+        input=_decoded({"input": row.input})["input"],
     )
 
 
@@ -181,6 +184,7 @@ def _entry(row: Any, metadata: dict[str, Any], attempt: int, timer: bool) -> Exe
         awaiting_signal=row.awaiting_signal,
         wait_deadline=row.wait_deadline,
         waiting_since=row.waiting_since,
+        result=_decoded({"result": row.result})["result"],
     )
 
 

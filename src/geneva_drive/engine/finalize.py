@@ -16,7 +16,12 @@ from sqlalchemy.orm import Session
 from geneva_drive.core import events
 from geneva_drive.core.errors import UnitOfWorkError
 from geneva_drive.core.settings import Settings
-from geneva_drive.core.states import ExecutionState, WorkflowState, check_step_transition
+from geneva_drive.core.states import (
+    ExecutionState,
+    Outcome,
+    WorkflowState,
+    check_step_transition,
+)
 from geneva_drive.definition.flow import Action, FlowControl
 from geneva_drive.definition.workflow import as_workflow
 from geneva_drive.engine import chaining, outcomes, writer
@@ -57,6 +62,7 @@ def finalize(
     payload = dict(prepared.identity)
     if not isinstance(result, Failed):
         result = _save_body_writes(session, prepared, result, config)
+    prepared.result = result.result if isinstance(result, Completed) else None
     if isinstance(result, Failed):
         # The body's writes must not land with a failure. Also what makes a session the body
         # broke usable again; the locks below then reload the rows phase 3 needs.
@@ -83,6 +89,8 @@ def finalize(
             # An operator's pause holds whatever the plan: the move is theirs, not ours.
             guarded = workflow.state != WorkflowState.PAUSED
             now = config.clock.now()
+            if plan.outcome is Outcome.SUCCESS and prepared.result is not None:
+                execution.result_json = prepared.result  # a success keeps what it returned
             writer.apply(session, workflow, execution, plan, now, error=error, guarded=guarded)
             payload["workflow_state"] = workflow.state
             payload["step_state"] = execution.state
@@ -230,6 +238,8 @@ def _complete(
     plan = outcomes.for_completion()
     check_step_transition(execution.state, plan.state)
     done = {**outcomes.ended_columns(plan, now), "updated_at": now}
+    if prepared.result is not None:
+        done["result_json"] = prepared.result  # written once, with the completion
     completer = writer.completer_for(session.get_bind().dialect)
     handover = None
     if after.step is None and then_claim is not None:

@@ -62,6 +62,8 @@ class Prepared:
     step_def: StepDefinition
     signal: Signal | None
     claimed: bool = False  # claimed by the transaction that finished another workflow
+    # What the body returned, encoded (phase 3 stores it on a successful completion).
+    result: Any = field(default=None, init=False)
     identity: dict[str, Any] = field(init=False)
     log: events.ContextAdapter = field(init=False)
 

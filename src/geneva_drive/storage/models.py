@@ -268,6 +268,9 @@ class WorkflowColumns(Timestamps):
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     transitioned_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     metadata_json: Mapped[dict[str, Any] | None] = mapped_column("metadata", Json)
+    # The value passed as create(input=...), typed JSON (read it as ``self.input``). Migration
+    # 0010 added it at the end of the table, hence the sort order.
+    input_json: Mapped[Any | None] = mapped_column("input", Json, sort_order=10)
 
 
 if TYPE_CHECKING:
@@ -316,6 +319,9 @@ class StepExecution(Timestamps, Base):
     # added them at the end of the table, hence the sort order (after the timestamps).
     awaiting_signal: Mapped[str | None] = mapped_column(String(255), sort_order=10)
     wait_deadline: Mapped[datetime | None] = mapped_column(UTCDateTime(), sort_order=10)
+    # What the step's body returned, typed JSON, on its successful execution only
+    # (``Workflow.result_of``). Migration 0010.
+    result_json: Mapped[Any | None] = mapped_column("result", Json, sort_order=11)
 
     __table_args__ = (
         # Not (workflow_id), (state) nor (scheduled_for), which the gem has: wider or partial
@@ -402,6 +408,11 @@ class StepExecution(Timestamps, Base):
     @property
     def cursor_value(self) -> Any:
         return None if self.cursor is None else serialization.decode(self.cursor)
+
+    @property
+    def result(self) -> Any:
+        """What the step returned on this execution (None: nothing, or not a success)."""
+        return None if self.result_json is None else serialization.decode(self.result_json)
 
     @property
     def resuming(self) -> bool:

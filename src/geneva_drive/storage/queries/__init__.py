@@ -4,6 +4,7 @@
 - ``executions``: reading and writing execution rows (start, completion, sweep, history).
 - ``handover``: a workflow's last completion with the next workflow's claim and start.
 - ``workflows``: workflow-row look-ups.
+- ``results``: what steps returned (``result_of``, a child's answer to its parent).
 - ``signals``: signal rows and the executions that wait for them.
 - ``housekeeping``: stuck rows, batched cleanup, gauges.
 - ``dispatch``: what an external queue (Celery) was sent and must be sent.
@@ -76,6 +77,12 @@ from geneva_drive.storage.queries.housekeeping import (
     waiting_counts,
     workflow_counts,
 )
+from geneva_drive.storage.queries.results import (
+    last_step_result,
+    last_step_results,
+    step_result,
+    succeeded_steps,
+)
 from geneva_drive.storage.queries.signals import (
     executions_attached_to,
     find_delivery,
@@ -110,6 +117,8 @@ __all__ = [
     "get_execution",
     "insert_execution",
     "is_transient",
+    "last_step_result",
+    "last_step_results",
     "listen_statement",
     "lock_execution",
     "lock_workflow",
@@ -124,8 +133,10 @@ __all__ = [
     "release_housekeeping_lock",
     "remember_workflow_lock",
     "start_both",
+    "step_result",
     "stuck_in_progress_ids",
     "stuck_scheduled_ids",
+    "succeeded_steps",
     "successor_of",
     "sweep_strays",
     "try_housekeeping_lock",

@@ -352,7 +352,7 @@ def last_errors_of(session: Session, workflow_ids: Sequence[int]) -> dict[int, s
 
 def workflow_row(session: Session, workflow_id: int) -> Any:
     t = _table()
-    columns = (*(t.c[name] for name in WORKFLOW_COLUMNS), t.c.metadata)
+    columns = (*(t.c[name] for name in WORKFLOW_COLUMNS), t.c.metadata, t.c.input)
     return session.execute(select(*columns).where(t.c.id == workflow_id)).first()
 
 
