@@ -73,6 +73,11 @@ class StepDefinition:
     # "skip" | "cancel" | "pause" | <step name>; the step name is checked by _register_dsl.
     timeout: Any = None
     on_timeout: Any = None
+    # Compensation (docs/compensation.md): the name of the method to run if the workflow is
+    # canceled after this step succeeded; checked against the class by _register_dsl.
+    compensate: Any = None
+    # Set on the definition of such a method: it runs as a step of its own when compensating.
+    compensation: bool = field(default=False, repr=False)
     # Filled in by validate():
     exception_policy: StepPolicy | None = field(default=None, init=False)
     signal_matcher: Any = field(default=None, init=False)
@@ -156,6 +161,13 @@ class StepDefinition:
         self.exception_policy = self._validate_on_exception()
         self._validate_position(known)
         self.job_options = validate_job_options(self.job_options, self.label)
+        if self.compensate is not None and (
+            not isinstance(self.compensate, str) or not self.compensate.isidentifier()
+        ):
+            fail(
+                f"compensate= takes the name of a method of the class, got {self.compensate!r}; "
+                "e.g. @step(compensate='release_stock') with def release_stock(self) on the class"
+            )
         if self.resumable:
             self._validate_resumable()
         elif any(
@@ -461,7 +473,8 @@ def step(fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
     """Declare a step: ``@step``, ``@step(wait=...)``, or ``step(fn, ...)`` as a class attribute.
 
     Options: ``name, wait, wait_for, skip_if, on_exception, max_reattempts, terminal_action,
-    before_step, after_step, job_options``, and with ``wait_for``: ``timeout, on_timeout``.
+    before_step, after_step, job_options, compensate``, and with ``wait_for``: ``timeout,
+    on_timeout``.
     A lambda (or ``name=None`` with a lambda) becomes an anonymous step named ``step_N``.
     """
     if fn is not None:
@@ -512,7 +525,12 @@ def repeat_step(
 class StepCollection(Sequence[StepDefinition]):
     """The steps of a workflow class in positional order."""
 
-    def __init__(self, definitions: Sequence[StepDefinition]) -> None:
+    def __init__(
+        self,
+        definitions: Sequence[StepDefinition],
+        compensations: Sequence[StepDefinition] = (),
+    ) -> None:
+        self._compensations = {d.name: d for d in compensations}
         ordered: list[StepDefinition] = [
             d for d in definitions if d.before_step is None and d.after_step is None
         ]
@@ -545,7 +563,20 @@ class StepCollection(Sequence[StepDefinition]):
         return [d.name for d in self._ordered if d.name is not None]
 
     def named(self, name: str | None) -> StepDefinition | None:
-        return None if name is None else self._by_name.get(name)
+        """The step called ``name`` — or the compensation: a compensation runs as a step of
+        its own (executions, attempts, policies), outside the positional order."""
+        if name is None:
+            return None
+        return self._by_name.get(name) or self._compensations.get(name)
+
+    def compensation(self, name: str | None) -> StepDefinition | None:
+        """The compensation called ``name`` (None for a step or an unknown name)."""
+        return None if name is None else self._compensations.get(name)
+
+    @property
+    def compensated(self) -> dict[str, str]:
+        """Step name → the name of its compensation, for the steps that declare one."""
+        return {d.name: d.compensate for d in self._ordered if d.name and d.compensate}
 
     def runnable(self) -> list[StepDefinition]:
         return [d for d in self._ordered if not d.removed]
@@ -620,6 +651,7 @@ _STEP_OPTIONS = frozenset(
         "max_runtime",
         "checkpoint_every",
         "checkpoint_interval",
+        "compensate",
     }
 )
 

@@ -681,12 +681,43 @@ def _register_steps(cls: type[Workflow], parent: type[Workflow]) -> list[StepDef
         names.append(definition.name)
     _refuse_lost_duplicates(definitions)
     cls._step_definitions = definitions
-    cls.steps = StepCollection(definitions)
+    cls.steps = StepCollection(definitions, _compensations(cls, definitions))
     for definition in definitions:
         _check_skip_if_name(cls, definition)
     for definition in definitions:  # on_timeout may name a step defined further down
         _check_on_timeout_target(cls, definition)
     return definitions
+
+
+def _compensations(cls: type[Workflow], definitions: list[StepDefinition]) -> list[StepDefinition]:
+    """A step definition for each method named by ``compensate=``: run as a step of its own
+    when the workflow is canceled after that step succeeded (docs/compensation.md)."""
+    names = [d.name for d in definitions if d.name is not None]
+    found: dict[str, StepDefinition] = {}
+    for definition in definitions:
+        name = definition.compensate
+        if name is None or name in found:
+            continue
+        target = getattr(cls, name, None)
+        if isinstance(target, StepDefinition):
+            definition._fail(
+                f"compensate={name!r} names a step of {cls.__name__}; a compensation is a plain "
+                f"method (def {name}(self)) that runs only when the workflow is canceled — "
+                "remove @step from it, or name another method"
+            )
+        if not callable(target) or isinstance(target, type):
+            public = [a for a in dir(cls) if not a.startswith("_")]
+            close = difflib.get_close_matches(name, public, n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            definition._fail(
+                f"compensate={name!r} names no method of {cls.__name__}; {hint}define "
+                f"def {name}(self) on the class: it runs if the workflow is canceled after "
+                f"step {definition.name!r} succeeded"
+            )
+        compensation = StepDefinition(callable=target, name=name, compensation=True)
+        compensation.validate(cls.__name__, names)
+        found[name] = compensation
+    return list(found.values())
 
 
 def _declared_steps(cls: type[Workflow]) -> Iterator[StepDefinition]:

@@ -24,7 +24,7 @@ from geneva_drive.core.states import (
 )
 from geneva_drive.definition.flow import Action, FlowControl
 from geneva_drive.definition.workflow import as_workflow
-from geneva_drive.engine import chaining, outcomes, writer
+from geneva_drive.engine import chaining, compensation, outcomes, writer
 from geneva_drive.engine.body_results import Completed, Failed, Interrupted
 from geneva_drive.engine.prepare import Prepared
 from geneva_drive.engine.recovery import recover_execution
@@ -86,12 +86,19 @@ def finalize(
                 session.rollback()
                 return None, None
             plan = _result_plan(session, workflow, execution, prepared.step_def, result, config)
+            # A cancel that waited for this step (engine.compensation): keep its result, then
+            # compensate.
+            pending = compensation.cancel_pending(workflow)
+            if pending:
+                plan = outcomes.while_canceled(plan)
             # An operator's pause holds whatever the plan: the move is theirs, not ours.
             guarded = workflow.state != WorkflowState.PAUSED
             now = config.clock.now()
             if plan.outcome is Outcome.SUCCESS and prepared.result is not None:
                 execution.result_json = prepared.result  # a success keeps what it returned
             writer.apply(session, workflow, execution, plan, now, error=error, guarded=guarded)
+            if pending:
+                writer.cancel(session, workflow, now, guarded=False)
             payload["workflow_state"] = workflow.state
             payload["step_state"] = execution.state
             session.commit()
@@ -226,6 +233,8 @@ def _complete(
     """
     workflow, execution = prepared.workflow, prepared.execution
     if session.is_modified(workflow, include_collections=False):
+        return False, None
+    if prepared.step_def.compensation:  # what follows it is decided by engine.compensation
         return False, None
     now = config.clock.now()
     after = chaining.after_completion(workflow, options, now)

@@ -16,7 +16,7 @@ from geneva_drive.core.errors import (
 )
 from geneva_drive.core.settings import settings_of
 from geneva_drive.core.states import ExecutionState, WorkflowState
-from geneva_drive.engine import outcomes, scheduling, signals, writer
+from geneva_drive.engine import compensation, outcomes, scheduling, signals, writer
 from geneva_drive.engine.wakeups import enqueue_after_commit, enqueued_step
 from geneva_drive.storage import queries
 from geneva_drive.storage.models import StepExecution
@@ -55,12 +55,22 @@ def cancel_workflow(workflow: Workflow) -> None:
         raise _refuse(workflow, "cancel", "ready, performing or paused")
     now = settings_of(session).clock.now()
     current = queries.current_execution(session, workflow.id)
-    # An in-progress row belongs to its worker: phase 3 records its result and sees "canceled".
-    if current is not None and current.state != ExecutionState.IN_PROGRESS:
+    running = current is not None and current.state == ExecutionState.IN_PROGRESS
+    if compensation.compensating(workflow) or (running and compensation.cancel_pending(workflow)):
+        return  # it is being canceled already: its compensations run on, each once
+    if current is not None and not running:
         plan = outcomes.for_operator_cancel()
         writer.apply(session, workflow, current, plan, now, guarded=False)
-    else:
+    elif running and compensation.has_compensations(workflow):
+        # The running step's worker owns its row, and its result may add a compensation:
+        # paused with the cancel pending, its phase 3 keeps the result and starts them.
+        writer.move(workflow, WorkflowState.PAUSED, now, guarded=False)
+        compensation.set_pending(workflow, True)
+    elif running:
+        # An in-progress row belongs to its worker: phase 3 records its result, sees "canceled".
         writer.move(workflow, WorkflowState.CANCELED, now, guarded=False)
+    else:
+        writer.cancel(session, workflow, now, guarded=False)
     session.flush()
 
 
@@ -112,6 +122,8 @@ def resume_workflow(workflow: Workflow) -> StepExecution | None:
     )
     now = settings_of(session).clock.now()
     writer.move(workflow, target, now, guarded=False)
+    if compensation.cancel_pending(workflow):
+        compensation.set_pending(workflow, False)  # resume withdraws a cancel still waiting
     if current is not None:
         if current.state == ExecutionState.WAITING:
             signals.rendezvous(session, workflow, current)

@@ -244,7 +244,9 @@ def _guard_plan(
     """Guards 3 to 5: the hero still exists, the step is defined and not removed."""
     cls = type(workflow)
     log = events.execution_logger(workflow, execution)
-    if not cls.may_proceed_without_hero and workflow.hero is None:
+    compensating = step_def is not None and step_def.compensation
+    # A compensation runs without its hero too: canceling again would skip what it undoes.
+    if not cls.may_proceed_without_hero and not compensating and workflow.hero is None:
         log.info("hero is gone; canceling the workflow")
         return outcomes.for_missing_hero(), None
     if step_def is None:
@@ -264,7 +266,8 @@ def _precondition_plan(
     payload = execution_payload(workflow, execution)
     with events.instrument("precondition", payload):
         try:
-            if cancel_conditions_hold(workflow):
+            # Not before a compensation: the workflow is being canceled already.
+            if not step_def.compensation and cancel_conditions_hold(workflow):
                 payload["outcome"] = "canceled"
                 return outcomes.for_cancel_condition()
             if step_def.should_skip(workflow):

@@ -33,7 +33,7 @@ from geneva_drive.core.states import (
     check_step_transition,
     check_workflow_transition,
 )
-from geneva_drive.engine import scheduling
+from geneva_drive.engine import compensation, scheduling
 from geneva_drive.engine.outcomes import (
     ErrorRecord,
     Next,
@@ -161,7 +161,13 @@ def move(workflow: Workflow, state: WorkflowState, now: datetime, *, guarded: bo
 def advance(
     session: Session, workflow: Workflow, after: str | None, now: datetime
 ) -> StepExecution | None:
-    """Schedule the step after ``after`` in positional order, or finish the workflow."""
+    """Schedule the step after ``after`` in positional order, or finish the workflow.
+
+    After a compensation (an operator skipped it), the next compensation, or canceled.
+    """
+    if compensation.is_compensation(workflow, after):
+        compensation.mark_done(workflow)
+        return cancel(session, workflow, now, guarded=False)
     following = type(workflow).steps.next_after(after)
     if following is None:
         move(workflow, WorkflowState.FINISHED, now, guarded=False)
@@ -169,6 +175,55 @@ def advance(
     return scheduling.create_step_execution(
         session, workflow, following, now, wait=following.wait_delta
     )
+
+
+def cancel(
+    session: Session,
+    workflow: Workflow,
+    now: datetime,
+    *,
+    guarded: bool = True,
+    keep_paused: bool = False,
+) -> StepExecution | None:
+    """Cancel the workflow, compensating first (``engine.compensation``): schedule the next
+    compensation it owes — the workflow ``ready`` at it (``keep_paused``: left paused, for
+    ``resume()``) — or, when none is owed, end it ``canceled``."""
+    workflow.current_step_name = None
+    if compensation.cancel_pending(workflow):
+        compensation.set_pending(workflow, False)
+    owed = compensation.next_owed(session, workflow)
+    if owed is None:
+        move(workflow, WorkflowState.CANCELED, now, guarded=guarded)
+        return None
+    step, definition = owed
+    compensation.begin(workflow, step)
+    if not (keep_paused and workflow.state == WorkflowState.PAUSED):
+        move(workflow, WorkflowState.READY, now, guarded=guarded)
+    execution = scheduling.create_step_execution(session, workflow, definition, now)
+    compensation.label(execution, step)
+    return execution
+
+
+def _after_compensation(
+    session: Session,
+    workflow: Workflow,
+    execution: StepExecution,
+    plan: Plan,
+    now: datetime,
+    guarded: bool,
+) -> tuple[bool, StepExecution | None]:
+    """(decided here, what was scheduled) after a compensation's execution; not decided
+    here: what follows any step's (a reattempt, a failure, a pause)."""
+    if plan.workflow is WorkflowState.CANCELED:  # canceled from within: abandon the rest
+        compensation.abandon(workflow)
+        workflow.current_step_name = None
+        move(workflow, WorkflowState.CANCELED, now, guarded=guarded)
+        return True, None
+    if plan.next is Next.FOLLOWING or plan.workflow is WorkflowState.FINISHED:
+        compensation.mark_done(workflow)
+        paused = plan.workflow is None and workflow.state == WorkflowState.PAUSED
+        return True, cancel(session, workflow, now, guarded=guarded, keep_paused=paused)
+    return False, None
 
 
 def begin(session: Session, workflow: Workflow, now: datetime) -> StepExecution | None:
@@ -201,6 +256,12 @@ def apply(
         record_clean_resolution(session, execution)
     elif plan.settle is Settle.SKIPPED:
         settle_signal_for_skipped(session, execution)
+    if compensation.is_compensation(workflow, execution.step_name):
+        decided, scheduled = _after_compensation(session, workflow, execution, plan, now, guarded)
+        if decided:
+            return scheduled
+    elif plan.workflow is WorkflowState.CANCELED and compensation.has_compensations(workflow):
+        return cancel(session, workflow, now, guarded=guarded)  # compensations first
     if plan.workflow is not None:
         move(workflow, plan.workflow, now, guarded=guarded)
     workflow.current_step_name = None

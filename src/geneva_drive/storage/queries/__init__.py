@@ -81,6 +81,7 @@ from geneva_drive.storage.queries.results import (
     last_step_result,
     last_step_results,
     step_result,
+    succeeded_newest_first,
     succeeded_steps,
 )
 from geneva_drive.storage.queries.signals import (
@@ -136,6 +137,7 @@ __all__ = [
     "step_result",
     "stuck_in_progress_ids",
     "stuck_scheduled_ids",
+    "succeeded_newest_first",
     "succeeded_steps",
     "successor_of",
     "sweep_strays",

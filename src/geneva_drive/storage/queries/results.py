@@ -75,3 +75,18 @@ def last_step_results(session: Session, workflow_ids: Iterable[int]) -> dict[int
         stmt = select(_E.workflow_id, _E.result_json).where(_E.id.in_(latest.scalar_subquery()))
         found.update({int(w): value for w, value in session.execute(stmt)})
     return found
+
+
+def succeeded_newest_first(session: Session, workflow_id: int, steps: Iterable[str]) -> list[str]:
+    """Those of ``steps`` that have a successful execution, the most recently completed first
+    (by each one's latest success): the order their compensations run in."""
+    names = list(steps)
+    if not names:
+        return []
+    stmt = (
+        select(_E.step_name, func.max(_E.id))
+        .where(_E.workflow_id == workflow_id, _E.step_name.in_(names), *_succeeded())
+        .group_by(_E.step_name)
+        .order_by(func.max(_E.id).desc())
+    )
+    return [name for name, _ in session.execute(stmt)]
