@@ -350,3 +350,44 @@ def test_a_method_named_by_two_steps_runs_once_for_each_newest_first(session):
 
     assert RAN == ["undo second", "undo first"]
     assert reload(session, wf).state == "canceled"
+
+
+# -- what an operator sees ----------------------------------------------------------------
+
+
+def test_show_the_cli_and_the_dashboard_say_which_step_is_being_compensated(
+    session, gd, installed_database_url
+):
+    from starlette.testclient import TestClient
+
+    from geneva_drive.dashboard import create_app
+    from tests.ops_cli._support import invoke
+
+    wf = _start(session, status="release fails")
+    perform_next_step(wf)
+    wf.cancel()
+    session.commit()
+    speedrun(wf, raise_errors=False)  # release_stock fails: paused at it
+
+    assert admin.show(session, wf.id).compensating == "reserve_stock"
+    out = invoke(installed_database_url, "show", str(wf.id)).stdout
+    assert "canceling: compensating step 'reserve_stock'" in out
+    with TestClient(create_app(engine=gd.engine, clock=gd.clock)) as client:
+        html = client.get(f"/workflows/{wf.id}").text
+    assert "data-compensating" in html and "<strong>reserve_stock</strong>" in html
+
+
+def test_resume_at_is_refused_while_compensating_and_nothing_changes(session):
+    wf = _start(session, status="release fails")
+    perform_next_step(wf)
+    wf.cancel()
+    session.commit()
+    speedrun(wf, raise_errors=False)
+    before = history(session, wf)
+
+    with pytest.raises(admin.AdminRefused, match="being canceled and runs its compensations"):
+        admin.resume_at(session, wf.id, "note", actor="ops")
+    session.rollback()
+
+    assert history(session, wf) == before
+    assert reload(session, wf).state == "paused"

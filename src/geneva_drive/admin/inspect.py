@@ -85,6 +85,9 @@ class Timeline:
     wait_deadline: datetime | None
     truncated: bool = False  # only the newest ``max_executions`` executions are listed
     input: Any = None  # the value passed as create(input=...), decoded
+    # While a canceled workflow runs its compensations: the step being undone (its metadata
+    # ``compensation``, docs/compensation.md); None otherwise.
+    compensating: str | None = None
 
 
 def show(session: Session, workflow_id: int, *, max_executions: int = 1000) -> Timeline:
@@ -129,7 +132,14 @@ def show(session: Session, workflow_id: int, *, max_executions: int = 1000) -> T
         wait_deadline=summary.wait_deadline,
         truncated=truncated,
         input=_decoded({"input": row.input})["input"],
+        compensating=_compensating(row.metadata),
     )
+
+
+def _compensating(metadata: Any) -> str | None:
+    state = _decoded(metadata).get("compensation")
+    step = state.get("step") if isinstance(state, dict) else None
+    return step if isinstance(step, str) else None
 
 
 def _step_names(workflow_type: str) -> tuple[str, ...]:

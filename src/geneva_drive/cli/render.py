@@ -131,6 +131,8 @@ def timeline(t: admin.Timeline) -> RenderableType:
         head.append(Text(f"waiting for signal {t.awaiting_signal!r}{until}"))
     if t.input is not None:
         head.append(Text(f"input: {_value(t.input)}"))
+    if t.compensating is not None:
+        head.append(Text(f"canceling: compensating step {t.compensating!r}", style="bold"))
     parts: list[RenderableType] = [*head, Text(""), _executions(t)]
     results = [e for e in t.executions if e.result is not None]
     if results:
