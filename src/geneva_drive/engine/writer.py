@@ -229,9 +229,10 @@ def cancel(
     guarded: bool = True,
     keep_paused: bool = False,
 ) -> StepExecution | None:
-    """Cancel the workflow, compensating first (``engine.compensation``): schedule the next
-    compensation it owes — the workflow ``ready`` at it (``keep_paused``: left paused, for
-    ``resume()``) — or, when none is owed, end it ``canceled``."""
+    """Cancel the workflow, compensating first (``engine.compensation``): cancel its ongoing
+    children and schedule the next compensation it owes — the workflow ``ready`` at it
+    (``keep_paused``: left paused, for ``resume()``) — or, when none is owed, end it
+    ``canceled`` (which cancels the children, :func:`_ended`)."""
     workflow.current_step_name = None
     if compensation.cancel_pending(workflow):
         compensation.set_pending(workflow, False)
@@ -239,6 +240,9 @@ def cancel(
     if owed is None:
         move(workflow, WorkflowState.CANCELED, now, guarded=guarded)
         return None
+    # Its children first, as a cancel without compensations does (_ended): they were started
+    # after what the compensations undo, and may run compensations of their own.
+    cancel_children(session, workflow, now)
     step, definition = owed
     compensation.begin(workflow, step)
     if not (keep_paused and workflow.state == WorkflowState.PAUSED):
