@@ -89,6 +89,7 @@ class Verbs(Protocol):
         key: str,
         hero: Any,
         allow_multiple: bool,
+        input: Any = None,
     ) -> W: ...
 
     def pause(self, workflow: Workflow) -> None: ...

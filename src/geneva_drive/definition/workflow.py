@@ -274,15 +274,36 @@ class Workflow(WorkflowColumns, Base):
         key: str,
         hero: Any = None,
         allow_multiple: bool = False,
+        input: Any = None,
     ) -> W:
         """Inside a step: start a child workflow of ``cls`` with the step's writes.
 
         The child exists only if the step commits, and once per ``key`` among this
         workflow's children: a step run again (a reattempt, a resumed cursor) gets the child
-        it started before instead of a second one. A ``@step(wait_for_children=…)`` step
-        waits for the children to end (docs/children.md).
+        it started before instead of a second one. ``input``: the child's ``self.input``,
+        stored as ``create(input=...)`` stores it (the same ``max_value_size``). A
+        ``@step(wait_for_children=…)`` step waits for the children to end, and
+        :meth:`child_results` reads what they returned (docs/children.md).
         """
-        return verbs().start_child(self, cls, key=key, hero=hero, allow_multiple=allow_multiple)
+        return verbs().start_child(
+            self, cls, key=key, hero=hero, allow_multiple=allow_multiple, input=input
+        )
+
+    def child_results(self) -> dict[str, Any]:
+        """``{key: result}`` of every child this workflow started, in the order they were
+        started: what each child's latest successful step returned (as ``result_of``), read
+        for all of them in one query.
+
+        A child maps to None when none of its steps has succeeded yet or its latest
+        successful one returned nothing — and when it ended ``canceled``, whatever its steps
+        returned before: a canceled child gave no answer (a ``wait_for_children`` step is
+        told so by :class:`ChildFailed`). A child still running maps to its result so far.
+        """
+        session = self.session
+        return {
+            key: None if value is None else serialization.decode(value, session=session)
+            for key, value in queries.child_results(session, self.id)
+        }
 
     @property
     def parent(self) -> Workflow | None:

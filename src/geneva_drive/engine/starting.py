@@ -151,6 +151,7 @@ def create(
     parent: tuple[int, str] | None = None,
     find_child: Callable[[], W | None] | None = None,
     input: Any = None,
+    input_of: str | None = None,
 ) -> W:
     """``Workflow.create``: everything checked first, then one INSERT per row (PostgreSQL:
     one statement), the wake-up queued with the caller's commit.
@@ -159,10 +160,11 @@ def create(
     uniquely indexed column. ``parent``: (parent id, key) of a child
     (``children.start_child``). A child refused by the unique index over them was started by a
     concurrent run of the same step, which ``find_child`` returns (the database waited for it
-    to commit).
+    to commit). ``input_of``: who passes ``input``, as its errors name them (by default
+    ``Cls.create(input=...)``).
     """
     _check_creatable(cls, session)
-    encoded = _input(cls, session, input, f"{cls.__name__}.create(input=...)")
+    encoded = _input(cls, session, input, input_of or f"{cls.__name__}.create(input=...)")
     hero_type, hero_id = hero_key(cls, session, hero)
     start, now = _planned(cls, session, allow_multiple, step_job_options)
     row = {**start.workflow, "hero_type": hero_type, "hero_id": hero_id, "input_json": encoded}

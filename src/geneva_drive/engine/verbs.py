@@ -76,8 +76,11 @@ class EngineVerbs:
         key: str,
         hero: Any,
         allow_multiple: bool,
+        input: Any = None,
     ) -> W:
-        return children.start_child(parent, cls, key=key, hero=hero, allow_multiple=allow_multiple)
+        return children.start_child(
+            parent, cls, key=key, hero=hero, allow_multiple=allow_multiple, input=input
+        )
 
     def signal(
         self,

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
         remember_workflow_lock,
         write_through,
     )
+    from geneva_drive.storage.queries.children import child_results
     from geneva_drive.storage.queries.claims import (
         claim_due_execution,
         claim_execution,
@@ -106,6 +107,7 @@ _EXPORTS: dict[str, str] = {
     "NextClaim": "geneva_drive.storage.queries.handover",
     "attempt_number": "geneva_drive.storage.queries.executions",
     "checkpoint_execution": "geneva_drive.storage.queries.executions",
+    "child_results": "geneva_drive.storage.queries.children",
     "claim_due_execution": "geneva_drive.storage.queries.claims",
     "claim_execution": "geneva_drive.storage.queries.claims",
     "complete_in_one_statement": "geneva_drive.storage.queries.executions",
@@ -171,6 +173,7 @@ __all__ = [
     "NextClaim",
     "attempt_number",
     "checkpoint_execution",
+    "child_results",
     "claim_due_execution",
     "claim_execution",
     "complete_in_one_statement",
