@@ -3,14 +3,17 @@
     .venv/bin/python benchmarks/fanout.py --children 10000
 
 One parent workflow: ``split``, a resumable step, starts N one-step children with
-``start_child``, committing every ``--batch`` children (``checkpoint_every``); ``close`` waits
-for all of them (``wait_for_children="all"``). The in-process worker (``--concurrency`` step
-threads) runs the parent and the children until all N + 1 have finished. Reported:
+``start_child``, each with an input, committing every 500 children (``checkpoint_every``);
+each child returns its input's number as its result; ``close`` waits for all of them
+(``wait_for_children="all"``) and reads their results with ``child_results()``. The
+in-process worker (``--concurrency`` step threads) runs the parent and the children until all
+N + 1 have finished. Reported:
 
 - ``fan_out_s``: wall time of ``split`` (its executions' first start to last end);
 - ``total_s``: wall time from the worker's start to the parent's finish (fan-out, the
   children's steps, the fan-in);
 - ``fan_in_lag_ms``: from the last child's end to the ``close`` step's start;
+- ``child_results_ms``: ``close``'s ``child_results()`` call (all N results, one query);
 - ``statements_per_child`` and ``commits_per_child``: every statement and commit the worker
   sent, divided by N (the progress polls run on an engine of their own);
 - ``rows_per_child``: rows in the workflows and executions tables at the end, divided by N
@@ -37,14 +40,15 @@ from geneva_drive import Workflow, resumable_step, step
 
 CHILDREN = {"n": 10_000}  # set by main() before the parent runs
 BATCH = {"n": 500}
+READ: dict[str, float] = {}  # close's child_results(): seconds
 
 
 class BenchFanChild(Workflow):
     may_proceed_without_hero = True
 
     @step
-    def work(self) -> None:
-        pass
+    def work(self) -> dict[str, int]:
+        return {"n": self.input["n"]}
 
 
 class BenchFanParent(Workflow):
@@ -53,11 +57,18 @@ class BenchFanParent(Workflow):
     @resumable_step(max_runtime=timedelta(hours=2), checkpoint_every=500)
     def split(self, it) -> None:  # type: ignore[no-untyped-def]
         for n in it.iterate_over(range(CHILDREN["n"])):
-            self.start_child(BenchFanChild, key=f"child-{n}")
+            self.start_child(BenchFanChild, key=f"child-{n}", input={"n": n})
 
     @step(wait_for_children="all")
     def close(self) -> None:
-        pass
+        t0 = time.perf_counter()
+        results = self.child_results()
+        READ["seconds"] = time.perf_counter() - t0
+        expected = CHILDREN["n"]
+        if len(results) != expected or sum(r["n"] for r in results.values()) != sum(
+            range(expected)
+        ):
+            raise AssertionError(f"child_results(): {len(results)} results, not {expected}")
 
 
 def one(url: str, children: int, concurrency: int) -> dict:
@@ -116,6 +127,7 @@ def one(url: str, children: int, concurrency: int) -> dict:
         "fan_out_s": round(_gd._seconds(split[1], split[0]), 2),
         "total_s": round(run.seconds, 2),
         "fan_in_lag_ms": round(_gd._seconds(close, last_child) * 1000, 1),
+        "child_results_ms": round(READ.get("seconds", float("nan")) * 1000, 1),
         "statements_per_child": round(counts["statements"] / children, 2),
         "commits_per_child": round(counts["commits"] / children, 3),
         "rows_per_child": round((workflows + executions) / children, 3),

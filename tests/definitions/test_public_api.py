@@ -20,10 +20,13 @@ EXPECTED_PUBLIC_NAMES = [
     "FrozenClock",
     "GenevaDriveError",
     "InlineBackend",
+    "InputTooLargeError",
     "InvalidStateError",
     "InvalidStateTransition",
+    "MetadataTooLargeError",
     "Outcome",
     "RateLimit",
+    "ResultTooLargeError",
     "Schedule",
     "SerializationError",
     "Settings",
@@ -128,7 +131,7 @@ def test_every_deliberate_error_derives_from_the_package_base_error():
         for name in EXPECTED_PUBLIC_NAMES
         if name.endswith(("Error", "Transition", "Ongoing"))
     ]
-    assert len(errors) == 13
+    assert len(errors) == 16
     assert all(issubclass(error, geneva_drive.GenevaDriveError) for error in errors)
 
 
@@ -137,6 +140,9 @@ def test_payload_size_errors_share_a_base_class():
 
     assert issubclass(geneva_drive.SignalPayloadTooLargeError, PayloadTooLargeError)
     assert issubclass(geneva_drive.CursorTooLargeError, PayloadTooLargeError)
+    assert issubclass(geneva_drive.InputTooLargeError, PayloadTooLargeError)
+    assert issubclass(geneva_drive.ResultTooLargeError, PayloadTooLargeError)
+    assert issubclass(geneva_drive.MetadataTooLargeError, PayloadTooLargeError)
 
 
 def test_step_not_defined_is_a_step_execution_error_carrying_its_context():

@@ -35,7 +35,7 @@ from geneva_drive.core.settings import settings
 from geneva_drive.core.states import ExecutionState, WorkflowState
 from geneva_drive.definition.matchers import unknown_signal
 from geneva_drive.definition.workflow import Workflow, as_workflow
-from geneva_drive.engine import operations, outcomes, scheduling, signals, writer
+from geneva_drive.engine import compensation, operations, outcomes, scheduling, signals, writer
 from geneva_drive.engine.outcomes import Next
 from geneva_drive.engine.wakeups import enqueue_after_commit, enqueued_step
 from geneva_drive.storage import queries
@@ -374,6 +374,12 @@ def _resume_at(
 ) -> tuple[str, int | None]:
     label = f"{workflow.type} id={workflow.id}"
     operations.require_class(workflow, f"resume_at({step!r})")
+    if compensation.compensating(workflow):
+        undoing = workflow.read_metadata(compensation.STATE)["step"]
+        raise AdminRefused(
+            f"{label}: cannot resume_at({step!r}): the workflow is being canceled and runs its "
+            f"compensations (now the one of step {undoing!r}); resume or skip that compensation"
+        )
     unknown = _unknown_step(workflow, step)
     if unknown is not None:
         raise AdminInputError(unknown)

@@ -47,6 +47,7 @@ class ExecutionEntry:
     awaiting_signal: str | None = None
     wait_deadline: datetime | None = None
     waiting_since: datetime | None = None  # while (and since when) the row waits
+    result: Any = None  # what the step returned, on a successful execution (decoded)
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,10 @@ class Timeline:
     # The OpenTelemetry trace its steps' spans belong to (32 hex digits): that of the request
     # that created it, when one was being traced (``engine.tracing``); else None.
     trace_id: str | None = None
+    input: Any = None  # the value passed as create(input=...), decoded
+    # While a canceled workflow runs its compensations: the step being undone (its metadata
+    # ``compensation``, docs/compensation.md); None otherwise.
+    compensating: str | None = None
 
 
 def show(session: Session, workflow_id: int, *, max_executions: int = 1000) -> Timeline:
@@ -135,7 +140,15 @@ def show(session: Session, workflow_id: int, *, max_executions: int = 1000) -> T
         truncated=truncated,
         family=family(session, workflow_id),
         trace_id=trace_id(row.trace_context),
+        input=_decoded({"input": row.input})["input"],
+        compensating=_compensating(row.metadata),
     )
+
+
+def _compensating(metadata: Any) -> str | None:
+    state = _decoded(metadata).get("compensation")
+    step = state.get("step") if isinstance(state, dict) else None
+    return step if isinstance(step, str) else None
 
 
 def _step_names(workflow_type: str) -> tuple[str, ...]:
@@ -195,6 +208,7 @@ def _entry(row: Any, metadata: dict[str, Any], attempt: int, timer: bool) -> Exe
         awaiting_signal=row.awaiting_signal,
         wait_deadline=row.wait_deadline,
         waiting_since=row.waiting_since,
+        result=_decoded({"result": row.result})["result"],
     )
 
 

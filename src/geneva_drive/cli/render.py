@@ -7,6 +7,7 @@ fitted to a terminal, never wrapped or cut in a pipe or a file.
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import IO, TYPE_CHECKING, Any
 
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
 
 SHOWN_IDS = 20  # ids listed by a bulk action's summary before "… and N more"
 ERROR_CHARACTERS = 120  # of an error message in the executions table
+VALUE_CHARACTERS = 200  # of a workflow's input or a step's result, as JSON
 # Not a terminal: lines as long as their content. Rich needs a width, and only fills what a
 # table's cells measure (box=None, nothing padded to the full width), so a huge one is free.
 PIPED_WIDTH = 1_000_000
@@ -129,10 +131,17 @@ def timeline(t: admin.Timeline) -> RenderableType:
     if t.awaiting_signal:
         until = f" until {when(t.wait_deadline)}" if t.wait_deadline else ""
         head.append(Text(f"waiting for signal {t.awaiting_signal!r}{until}"))
+    if t.input is not None:
+        head.append(Text(f"input: {_value(t.input)}"))
+    if t.compensating is not None:
+        head.append(Text(f"canceling: compensating step {t.compensating!r}", style="bold"))
     parts: list[RenderableType] = [*head]
     if t.family is not None:
         parts += _family(t.family)
     parts += [Text(""), _executions(t)]
+    results = [e for e in t.executions if e.result is not None]
+    if results:
+        parts += [Text(""), _results(results)]
     failure = next((e for e in reversed(t.executions) if e.error_class), None)
     if failure is not None:
         parts += [Text(""), *_failure(failure)]
@@ -206,6 +215,19 @@ def _executions(t: admin.Timeline) -> Group:
             _error(e),
         )
     return _section(title, table)
+
+
+def _results(entries: list[admin.ExecutionEntry]) -> Group:
+    table = _table("ID", "STEP", "RESULT", folding=("STEP", "RESULT"))
+    for e in entries:
+        table.add_row(str(e.id), e.step_name, _value(e.result))
+    return _section("step results", table)
+
+
+def _value(value: object) -> str:
+    """A stored value (an input, a result) as one line of JSON, cut at VALUE_CHARACTERS."""
+    shown = json.dumps(admin.to_json(value), sort_keys=True, ensure_ascii=False)
+    return shown if len(shown) <= VALUE_CHARACTERS else shown[: VALUE_CHARACTERS - 1] + "…"
 
 
 def _error(e: admin.ExecutionEntry) -> str:

@@ -16,7 +16,10 @@
     ├── UnknownSignal              a signal no step of the workflow's class waits for (a ValueError)
     ├── PayloadTooLargeError
     │   ├── SignalPayloadTooLargeError
-    │   └── CursorTooLargeError
+    │   ├── CursorTooLargeError
+    │   ├── InputTooLargeError     a workflow's input over max_value_size
+    │   ├── ResultTooLargeError    a step's result over max_value_size
+    │   └── MetadataTooLargeError  a workflow's metadata over max_value_size
     ├── SerializationError         a value the JSON codec cannot store
     │   └── UnstorableTextError    text with NUL or a lone surrogate (also a ValueError)
     ├── WorkerCrashed              a database worker's thread died; the worker stopped
@@ -136,6 +139,18 @@ class ChildFailed(GenevaDriveError):
         self.child_class = child_class
         self.child_key = child_key
         self.child_error = child_error
+
+
+class InputTooLargeError(PayloadTooLargeError):
+    """A workflow's ``input`` exceeds ``max_value_size``; nothing was written."""
+
+
+class ResultTooLargeError(PayloadTooLargeError):
+    """A step returned a value whose encoding exceeds ``max_value_size`` (the step fails)."""
+
+
+class MetadataTooLargeError(PayloadTooLargeError):
+    """``write_metadata()`` would make a workflow's metadata exceed ``max_value_size``."""
 
 
 class StepExecutionError(GenevaDriveError):

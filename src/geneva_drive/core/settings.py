@@ -69,6 +69,9 @@ class Settings:
     stuck_recovery_action: str = "reattempt"
     max_cursor_size: int | None = 128 * 1024
     max_signal_payload_size: int | None = 128 * 1024
+    # The most bytes of JSON kept for a workflow's input, a step's result, and a workflow's
+    # metadata, each (docs/inputs-and-results.md).
+    max_value_size: int | None = 64 * 1024
     waiting_visibility_threshold: timedelta | None = timedelta(days=7)
     logger: logging.Logger = field(default_factory=lambda: logging.getLogger("geneva_drive"))
     # OpenTelemetry spans of steps (engine.tracing): True uses the application's global tracer
@@ -93,7 +96,7 @@ class Settings:
                 f"configure(housekeeping_batch_size={self.housekeeping_batch_size!r}): expected "
                 "a positive integer"
             )
-        for name in ("max_cursor_size", "max_signal_payload_size"):
+        for name in ("max_cursor_size", "max_signal_payload_size", "max_value_size"):
             value = getattr(self, name)
             if value is not None and not _positive_int(value):
                 raise StepConfigurationError(

@@ -10,7 +10,7 @@ layer above). It is provided as a factory, called at the first verb: importing g
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
@@ -55,6 +55,7 @@ class Verbs(Protocol):
         hero: Any,
         allow_multiple: bool,
         step_job_options: dict[str, Any] | None,
+        input: Any = None,
     ) -> W: ...
 
     def create_many(
@@ -67,6 +68,7 @@ class Verbs(Protocol):
         allow_multiple: bool,
         step_job_options: dict[str, Any] | None,
         raise_on_conflict: bool,
+        inputs: Sequence[Any] | None = None,
     ) -> StartResult: ...
 
     def signal(
@@ -87,6 +89,7 @@ class Verbs(Protocol):
         key: str,
         hero: Any,
         allow_multiple: bool,
+        input: Any = None,
     ) -> W: ...
 
     def pause(self, workflow: Workflow) -> None: ...

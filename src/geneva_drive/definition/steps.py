@@ -84,6 +84,11 @@ class StepDefinition:
     # definition.limits: a ConcurrencyLimit (overrides the class's) and a RateLimit.
     concurrency: Any = None
     rate_limit: Any = None
+    # Compensation (docs/compensation.md): the name of the method to run if the workflow is
+    # canceled after this step succeeded; checked against the class by _register_dsl.
+    compensate: Any = None
+    # Set on the definition of such a method: it runs as a step of its own when compensating.
+    compensation: bool = field(default=False, repr=False)
     # Filled in by validate():
     exception_policy: StepPolicy | None = field(default=None, init=False)
     signal_matcher: Any = field(default=None, init=False)
@@ -194,6 +199,13 @@ class StepDefinition:
         self.exception_policy = self._validate_on_exception()
         self._validate_position(known)
         self.job_options = validate_job_options(self.job_options, self.label)
+        if self.compensate is not None and (
+            not isinstance(self.compensate, str) or not self.compensate.isidentifier()
+        ):
+            fail(
+                f"compensate= takes the name of a method of the class, got {self.compensate!r}; "
+                "e.g. @step(compensate='release_stock') with def release_stock(self) on the class"
+            )
         if self.resumable:
             self._validate_resumable()
         elif any(
@@ -563,8 +575,7 @@ def step(fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
 
     Options: ``name, wait, wait_until, wait_for, skip_if, on_exception, max_reattempts,
     terminal_action, before_step, after_step, job_options, wait_for_children, concurrency,
-    rate_limit``, and with ``wait_for``:
-    ``timeout, on_timeout``.
+    rate_limit, compensate``, and with ``wait_for``: ``timeout, on_timeout``.
     A lambda (or ``name=None`` with a lambda) becomes an anonymous step named ``step_N``.
     """
     if fn is not None:
@@ -617,7 +628,12 @@ def repeat_step(
 class StepCollection(Sequence[StepDefinition]):
     """The steps of a workflow class in positional order."""
 
-    def __init__(self, definitions: Sequence[StepDefinition]) -> None:
+    def __init__(
+        self,
+        definitions: Sequence[StepDefinition],
+        compensations: Sequence[StepDefinition] = (),
+    ) -> None:
+        self._compensations = {d.name: d for d in compensations}
         ordered: list[StepDefinition] = [
             d for d in definitions if d.before_step is None and d.after_step is None
         ]
@@ -650,7 +666,20 @@ class StepCollection(Sequence[StepDefinition]):
         return [d.name for d in self._ordered if d.name is not None]
 
     def named(self, name: str | None) -> StepDefinition | None:
-        return None if name is None else self._by_name.get(name)
+        """The step called ``name`` — or the compensation: a compensation runs as a step of
+        its own (executions, attempts, policies), outside the positional order."""
+        if name is None:
+            return None
+        return self._by_name.get(name) or self._compensations.get(name)
+
+    def compensation(self, name: str | None) -> StepDefinition | None:
+        """The compensation called ``name`` (None for a step or an unknown name)."""
+        return None if name is None else self._compensations.get(name)
+
+    @property
+    def compensated(self) -> dict[str, str]:
+        """Step name → the name of its compensation, for the steps that declare one."""
+        return {d.name: d.compensate for d in self._ordered if d.name and d.compensate}
 
     def runnable(self) -> list[StepDefinition]:
         return [d for d in self._ordered if not d.removed]
@@ -729,6 +758,7 @@ _STEP_OPTIONS = frozenset(
         "checkpoint_interval",
         "concurrency",
         "rate_limit",
+        "compensate",
     }
 )
 

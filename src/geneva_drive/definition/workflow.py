@@ -23,12 +23,13 @@ if TYPE_CHECKING:
 from geneva_drive.core import text
 from geneva_drive.core.errors import (
     InvalidStateError,
+    MetadataTooLargeError,
     SerializationError,
     StepConfigurationError,
     StepNotDefinedError,
 )
 from geneva_drive.core.events import workflow_logger
-from geneva_drive.core.settings import settings_of
+from geneva_drive.core.settings import settings, settings_of
 from geneva_drive.core.states import ExecutionState, Outcome, WorkflowState
 from geneva_drive.definition import limits as step_limits
 from geneva_drive.definition.async_bridge import async_session_of, refuse_async_session, run_on
@@ -55,6 +56,7 @@ from geneva_drive.storage.models import (
     WorkflowColumns,
     workflows_table,
 )
+from geneva_drive.storage.values import size_of
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession
@@ -106,6 +108,7 @@ class Workflow(WorkflowColumns, Base):
 
     __table__ = workflows_table  # declared in storage, which reads it without this class
     metadata_json = column_property(workflows_table.c.metadata)
+    input_json = column_property(workflows_table.c.input)  # ``input`` is the decoded property
     __mapper_args__ = {  # read by SQLAlchemy; each subclass sets its own identity
         "polymorphic_on": "type",
         "polymorphic_identity": "Workflow",
@@ -153,8 +156,13 @@ class Workflow(WorkflowColumns, Base):
         hero: Any = None,
         allow_multiple: bool = False,
         step_job_options: dict[str, Any] | None = None,
+        input: Any = None,
     ) -> Self:
-        """Start a workflow inside ``session``'s transaction; its first step runs after commit."""
+        """Start a workflow inside ``session``'s transaction; its first step runs after commit.
+
+        ``input``: a JSON value (the typed codec of signal payloads) kept with the workflow and
+        read by its steps as ``self.input``; at most ``max_value_size`` bytes once encoded.
+        """
         refuse_async_session(session, f"{cls.__name__}.create()", f"{cls.__name__}.acreate()")
         return verbs().create(
             cls,
@@ -162,6 +170,7 @@ class Workflow(WorkflowColumns, Base):
             hero=hero,
             allow_multiple=allow_multiple,
             step_job_options=step_job_options,
+            input=input,
         )
 
     @classmethod
@@ -174,10 +183,14 @@ class Workflow(WorkflowColumns, Base):
         allow_multiple: bool = False,
         step_job_options: dict[str, Any] | None = None,
         raise_on_conflict: bool = False,
+        inputs: Sequence[Any] | None = None,
     ) -> StartResult:
         """Start one workflow per hero (or ``count`` hero-less ones) in ``session``'s
         transaction, in a few multi-row INSERTs; heroes that already have an ongoing workflow
-        of this class are listed in the result's ``conflicts``."""
+        of this class are listed in the result's ``conflicts``.
+
+        ``inputs``: one input per hero (or per hero-less workflow), in the same order; without
+        ``heroes`` and ``count``, one hero-less workflow per input."""
         refuse_async_session(
             session, f"{cls.__name__}.create_many()", f"{cls.__name__}.acreate_many()"
         )
@@ -189,6 +202,7 @@ class Workflow(WorkflowColumns, Base):
             allow_multiple=allow_multiple,
             step_job_options=step_job_options,
             raise_on_conflict=raise_on_conflict,
+            inputs=inputs,
         )
 
     # -- the async twins: the sync verbs, run on an AsyncSession (see async_bridge) ------
@@ -201,6 +215,7 @@ class Workflow(WorkflowColumns, Base):
         hero: Any = None,
         allow_multiple: bool = False,
         step_job_options: dict[str, Any] | None = None,
+        input: Any = None,
     ) -> Self:
         """:meth:`create` on an ``AsyncSession``, in its transaction (nothing is committed).
 
@@ -214,7 +229,11 @@ class Workflow(WorkflowColumns, Base):
             f"{cls.__name__}.acreate()",
             f"{cls.__name__}.create()",
             lambda sync: cls.create(
-                sync, hero=hero, allow_multiple=allow_multiple, step_job_options=step_job_options
+                sync,
+                hero=hero,
+                allow_multiple=allow_multiple,
+                step_job_options=step_job_options,
+                input=input,
             ),
         )
 
@@ -228,6 +247,7 @@ class Workflow(WorkflowColumns, Base):
         allow_multiple: bool = False,
         step_job_options: dict[str, Any] | None = None,
         raise_on_conflict: bool = False,
+        inputs: Sequence[Any] | None = None,
     ) -> StartResult:
         """:meth:`create_many` on an ``AsyncSession``, as :meth:`acreate` is ``create()``."""
         return await run_on(
@@ -241,6 +261,7 @@ class Workflow(WorkflowColumns, Base):
                 allow_multiple=allow_multiple,
                 step_job_options=step_job_options,
                 raise_on_conflict=raise_on_conflict,
+                inputs=inputs,
             ),
         )
 
@@ -253,15 +274,36 @@ class Workflow(WorkflowColumns, Base):
         key: str,
         hero: Any = None,
         allow_multiple: bool = False,
+        input: Any = None,
     ) -> W:
         """Inside a step: start a child workflow of ``cls`` with the step's writes.
 
         The child exists only if the step commits, and once per ``key`` among this
         workflow's children: a step run again (a reattempt, a resumed cursor) gets the child
-        it started before instead of a second one. A ``@step(wait_for_children=…)`` step
-        waits for the children to end (docs/children.md).
+        it started before instead of a second one. ``input``: the child's ``self.input``,
+        stored as ``create(input=...)`` stores it (the same ``max_value_size``). A
+        ``@step(wait_for_children=…)`` step waits for the children to end, and
+        :meth:`child_results` reads what they returned (docs/children.md).
         """
-        return verbs().start_child(self, cls, key=key, hero=hero, allow_multiple=allow_multiple)
+        return verbs().start_child(
+            self, cls, key=key, hero=hero, allow_multiple=allow_multiple, input=input
+        )
+
+    def child_results(self) -> dict[str, Any]:
+        """``{key: result}`` of every child this workflow started, in the order they were
+        started: what each child's latest successful step returned (as ``result_of``), read
+        for all of them in one query.
+
+        A child maps to None when none of its steps has succeeded yet or its latest
+        successful one returned nothing — and when it ended ``canceled``, whatever its steps
+        returned before: a canceled child gave no answer (a ``wait_for_children`` step is
+        told so by :class:`ChildFailed`). A child still running maps to its result so far.
+        """
+        session = self.session
+        return {
+            key: None if value is None else serialization.decode(value, session=session)
+            for key, value in queries.child_results(session, self.id)
+        }
 
     @property
     def parent(self) -> Workflow | None:
@@ -350,6 +392,29 @@ class Workflow(WorkflowColumns, Base):
     step_executions = execution_history
 
     @property
+    def input(self) -> Any:
+        """The value passed as ``create(input=...)`` (None if none was): typed JSON, decoded
+        afresh at each read; references to mapped instances load in this workflow's session."""
+        if self.input_json is None:
+            return None
+        return serialization.decode(self.input_json, session=object_session(self))
+
+    def result_of(self, step: str) -> Any:
+        """What step ``step`` returned on its latest successful execution.
+
+        ``KeyError`` (naming the step and the steps that have results) when it has none yet —
+        it has not run, failed, was skipped, or is not a step of this workflow.
+        """
+        found, value = queries.step_result(self.session, self.id, step)
+        if not found:
+            done = queries.succeeded_steps(self.session, self.id)
+            raise KeyError(
+                f"{self._label}: result_of({step!r}): step {step!r} has no successful "
+                f"execution, so no result; steps with results: {', '.join(done) or 'none'}"
+            )
+        return serialization.decode(value, session=self.session)
+
+    @property
     def received_signal(self) -> Signal | None:
         """Inside a ``wait_for=`` step: the signal that woke it."""
         return self.__dict__.get("_gd_received_signal")
@@ -378,10 +443,17 @@ class Workflow(WorkflowColumns, Base):
     # -- metadata and job options --------------------------------------------------------
 
     def read_metadata(self, key: str) -> Any:
+        """The value stored under ``key`` by :meth:`write_metadata` (None if none)."""
         value = (self.metadata_json or {}).get(key)
         return None if value is None else serialization.decode(value)
 
     def write_metadata(self, key: str, value: Any) -> None:
+        """Keep ``value`` (typed JSON) under ``key`` on the workflow row; None removes it.
+
+        Written with the step (or the caller's transaction). The whole metadata document is
+        held to ``max_value_size`` like an input or a result: it is part of the hot workflow
+        row. For values a step computes, prefer returning them (``result_of``).
+        """
         data = dict(self.metadata_json or {})
         if value is None:
             data.pop(key, None)
@@ -391,6 +463,16 @@ class Workflow(WorkflowColumns, Base):
                 data[key] = serialization.encode(value)
             except SerializationError as error:
                 raise type(error)(f"{self._label}: write_metadata({key!r}): {error}") from None
+            session = object_session(self)
+            limit = (settings_of(session) if session is not None else settings()).max_value_size
+            size = size_of(data)
+            if limit is not None and size > limit:
+                raise MetadataTooLargeError(
+                    f"{self._label}: write_metadata({key!r}) would make the workflow's metadata "
+                    f"{size} bytes of JSON, over max_value_size={limit}; keep large data "
+                    "elsewhere (a row of your own) and store its key, or raise the limit with "
+                    "configure(max_value_size=...)"
+                )
         self.metadata_json = data or None
 
     @property
@@ -733,12 +815,43 @@ def _register_steps(cls: type[Workflow], parent: type[Workflow]) -> list[StepDef
         names.append(definition.name)
     _refuse_lost_duplicates(definitions)
     cls._step_definitions = definitions
-    cls.steps = StepCollection(definitions)
+    cls.steps = StepCollection(definitions, _compensations(cls, definitions))
     for definition in definitions:
         _check_skip_if_name(cls, definition)
     for definition in definitions:  # on_timeout may name a step defined further down
         _check_on_timeout_target(cls, definition)
     return definitions
+
+
+def _compensations(cls: type[Workflow], definitions: list[StepDefinition]) -> list[StepDefinition]:
+    """A step definition for each method named by ``compensate=``: run as a step of its own
+    when the workflow is canceled after that step succeeded (docs/compensation.md)."""
+    names = [d.name for d in definitions if d.name is not None]
+    found: dict[str, StepDefinition] = {}
+    for definition in definitions:
+        name = definition.compensate
+        if name is None or name in found:
+            continue
+        target = getattr(cls, name, None)
+        if isinstance(target, StepDefinition):
+            definition._fail(
+                f"compensate={name!r} names a step of {cls.__name__}; a compensation is a plain "
+                f"method (def {name}(self)) that runs only when the workflow is canceled — "
+                "remove @step from it, or name another method"
+            )
+        if not callable(target) or isinstance(target, type):
+            public = [a for a in dir(cls) if not a.startswith("_")]
+            close = difflib.get_close_matches(name, public, n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            definition._fail(
+                f"compensate={name!r} names no method of {cls.__name__}; {hint}define "
+                f"def {name}(self) on the class: it runs if the workflow is canceled after "
+                f"step {definition.name!r} succeeded"
+            )
+        compensation = StepDefinition(callable=target, name=name, compensation=True)
+        compensation.validate(cls.__name__, names)
+        found[name] = compensation
+    return list(found.values())
 
 
 def _declared_steps(cls: type[Workflow]) -> Iterator[StepDefinition]:

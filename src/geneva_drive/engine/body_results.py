@@ -8,11 +8,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 
 @dataclass(frozen=True)
 class Completed:
-    pass
+    """The body returned. ``result``: what it returned, encoded for storage (None: nothing)."""
+
+    result: Any = None
 
 
 @dataclass(frozen=True)

@@ -47,9 +47,18 @@ MAX_CHILD_KEY = MAX_STEP_NAME  # the column is a VARCHAR(255) like a step name
 # -- fan-out -----------------------------------------------------------------------------------
 
 
-def start_child(parent: Workflow, cls: type[W], *, key: str, hero: Any, allow_multiple: bool) -> W:
-    """``Workflow.start_child``: everything checked first, then the child (or the one this
-    key already names) — nothing written when it refuses."""
+def start_child(
+    parent: Workflow,
+    cls: type[W],
+    *,
+    key: str,
+    hero: Any,
+    allow_multiple: bool,
+    input: Any = None,
+) -> W:
+    """``Workflow.start_child``: everything checked first (the input as ``create(input=)``
+    checks it, its errors naming the parent's class and step), then the child (or the one
+    this key already names) — nothing written when it refuses."""
     where = _where(parent, cls, key)
     if not parent._in_step:
         raise InvalidStateError(
@@ -85,6 +94,8 @@ def start_child(parent: Workflow, cls: type[W], *, key: str, hero: Any, allow_mu
         step_job_options=None,
         parent=(parent.id, key),
         find_child=started_before,
+        input=input,
+        input_of=f"{where}, input=...",
     )
     if not found:
         # Only the parent's own steps write this counter, one at a time: no lost update.

@@ -19,12 +19,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.orm import Session
 
 from geneva_drive.core import events, text
 from geneva_drive.core.awaiting import settle
+from geneva_drive.core.errors import ResultTooLargeError
 from geneva_drive.core.settings import Settings, settings
 from geneva_drive.definition.flow import Action, FlowControl
 from geneva_drive.engine import chaining, tracing, unit_of_work
@@ -39,6 +41,11 @@ from geneva_drive.storage.db import session_factory
 from geneva_drive.storage.models import StepExecution
 from geneva_drive.storage.queries.bypass import begin_on_held_connection, hold_connection
 from geneva_drive.storage.queries.claims import EVERY_CLASS_ANY_QUEUE, ClaimScope
+from geneva_drive.storage.values import stored_value
+
+if TYPE_CHECKING:
+    from geneva_drive.definition.steps import StepDefinition
+    from geneva_drive.definition.workflow import Workflow
 
 __all__ = ["RunOptions", "claim_and_run", "run_execution"]
 
@@ -166,8 +173,8 @@ def _perform(session: Session, prepared: Prepared, options: RunOptions, config: 
                         session, workflow, execution, step_def, options, config
                     )
                 else:
-                    step_def.run(workflow)
-                    outcome = Completed()
+                    returned = step_def.run(workflow)
+                    outcome = Completed(_stored_result(workflow, step_def, returned, config))
             except FlowControl as flow:
                 outcome = flow
             except STEP_ERRORS as error:
@@ -204,6 +211,22 @@ def _perform(session: Session, prepared: Prepared, options: RunOptions, config: 
         raised = result.error
         prepared.log.warning("step raised %s: %s", type(raised).__name__, text.message_of(raised))
     return result
+
+
+def _stored_result(
+    workflow: Workflow, step_def: StepDefinition, returned: Any, config: Settings
+) -> Any:
+    """What the body returned, as its execution stores it; a value that cannot be stored
+    (not JSON, over ``max_value_size``) is the step's error, raised inside the body's run so
+    that it fails like any other: its writes roll back and the exception policies decide."""
+    if returned is None:
+        return None
+    what = (
+        f"{type(workflow).__name__}.step {step_def.name!r} (workflow id={workflow.id}) "
+        "returned a value that cannot be stored as its result"
+    )
+    limit = config.max_value_size
+    return stored_value(returned, limit=limit, what=what, too_large=ResultTooLargeError)
 
 
 def _describe(result: Result) -> str:

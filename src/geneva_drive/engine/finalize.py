@@ -17,11 +17,16 @@ from sqlalchemy.orm import Session
 from geneva_drive.core import events
 from geneva_drive.core.errors import UnitOfWorkError
 from geneva_drive.core.settings import Settings
-from geneva_drive.core.states import ExecutionState, WorkflowState, check_step_transition
+from geneva_drive.core.states import (
+    ExecutionState,
+    Outcome,
+    WorkflowState,
+    check_step_transition,
+)
 from geneva_drive.definition.flow import Action, FlowControl
 from geneva_drive.definition.until import delay_until
 from geneva_drive.definition.workflow import as_workflow
-from geneva_drive.engine import chaining, limits, outcomes, writer
+from geneva_drive.engine import chaining, compensation, limits, outcomes, writer
 from geneva_drive.engine.body_results import Completed, Failed, Interrupted
 from geneva_drive.engine.prepare import Prepared
 from geneva_drive.engine.recovery import recover_execution
@@ -59,6 +64,7 @@ def finalize(
     payload = dict(prepared.identity)
     if not isinstance(result, Failed):
         result = _save_body_writes(session, prepared, result, config)
+    prepared.result = result.result if isinstance(result, Completed) else None
     if isinstance(result, Failed):
         # The body's writes must not land with a failure. Also what makes a session the body
         # broke usable again; the locks below then reload the rows phase 3 needs.
@@ -85,9 +91,18 @@ def finalize(
             plan = _result_plan(
                 session, workflow, execution, prepared.step_def, result, config, now
             )
+            # A cancel that waited for this step (engine.compensation): keep its result, then
+            # compensate.
+            pending = compensation.cancel_pending(workflow)
+            if pending:
+                plan = outcomes.while_canceled(plan)
             # An operator's pause holds whatever the plan: the move is theirs, not ours.
             guarded = workflow.state != WorkflowState.PAUSED
+            if plan.outcome is Outcome.SUCCESS and prepared.result is not None:
+                execution.result_json = prepared.result  # a success keeps what it returned
             writer.apply(session, workflow, execution, plan, now, error=error, guarded=guarded)
+            if pending:
+                writer.cancel(session, workflow, now, guarded=False)
             if workflow.state == WorkflowState.CANCELED:
                 # Canceled while the body ran: children it started (or that its checkpoints
                 # committed) after the cancel are canceled with it.
@@ -234,6 +249,8 @@ def _complete(
     workflow, execution = prepared.workflow, prepared.execution
     if session.is_modified(workflow, include_collections=False):
         return False, None
+    if prepared.step_def.compensation:  # what follows it is decided by engine.compensation
+        return False, None
     if (
         workflow.parent_id is not None
         and workflow.steps.next_after(workflow.current_step_name) is None
@@ -252,6 +269,8 @@ def _complete(
     plan = outcomes.for_completion()
     check_step_transition(execution.state, plan.state)
     done = {**outcomes.ended_columns(plan, now), "updated_at": now}
+    if prepared.result is not None:
+        done["result_json"] = prepared.result  # written once, with the completion
     completer = writer.completer_for(session.get_bind().dialect)
     handover = None
     holds = prepared.holds  # a slot to free in this transaction: it must not commit early

@@ -16,7 +16,15 @@ from geneva_drive.core.errors import (
 )
 from geneva_drive.core.settings import settings_of
 from geneva_drive.core.states import ExecutionState, WorkflowState
-from geneva_drive.engine import children, outcomes, scheduling, signals, state_log, writer
+from geneva_drive.engine import (
+    children,
+    compensation,
+    outcomes,
+    scheduling,
+    signals,
+    state_log,
+    writer,
+)
 from geneva_drive.engine.wakeups import enqueue_after_commit, enqueued_step
 from geneva_drive.storage import queries
 from geneva_drive.storage.models import StepExecution
@@ -127,6 +135,8 @@ def resume_workflow(workflow: Workflow) -> StepExecution | None:
     )
     now = settings_of(session).clock.now()
     writer.move(workflow, target, now, guarded=False)
+    if compensation.cancel_pending(workflow):
+        compensation.set_pending(workflow, False)  # resume withdraws a cancel still waiting
     if current is not None:
         if current.state == ExecutionState.WAITING:
             signals.rendezvous(session, workflow, current)

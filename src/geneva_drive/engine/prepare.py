@@ -69,6 +69,8 @@ class Prepared:
     claimed: bool = False  # claimed by the transaction that finished another workflow
     # The concurrency key whose slot the step holds (engine.limits); freed by phase 3.
     holds: str | None = None
+    # What the body returned, encoded (phase 3 stores it on a successful completion).
+    result: Any = field(default=None, init=False)
     identity: dict[str, Any] = field(init=False)
     log: events.ContextAdapter = field(init=False)
 
@@ -282,7 +284,9 @@ def _guard_plan(
     """Guards 3 to 5: the hero still exists, the step is defined and not removed."""
     cls = type(workflow)
     log = events.execution_logger(workflow, execution)
-    if not cls.may_proceed_without_hero and workflow.hero is None:
+    compensating = step_def is not None and step_def.compensation
+    # A compensation runs without its hero too: canceling again would skip what it undoes.
+    if not cls.may_proceed_without_hero and not compensating and workflow.hero is None:
         log.info("hero is gone; canceling the workflow")
         return outcomes.for_missing_hero(), None
     if step_def is None:
@@ -302,7 +306,8 @@ def _precondition_plan(
     payload = execution_payload(workflow, execution)
     with events.instrument("precondition", payload):
         try:
-            if cancel_conditions_hold(workflow):
+            # Not before a compensation: the workflow is being canceled already.
+            if not step_def.compensation and cancel_conditions_hold(workflow):
                 payload["outcome"] = "canceled"
                 return outcomes.for_cancel_condition()
             if step_def.should_skip(workflow):

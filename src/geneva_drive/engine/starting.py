@@ -21,6 +21,7 @@ row it scheduled itself and nobody needs waking.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -31,7 +32,11 @@ from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.orm import InstanceState, Session, configure_mappers, object_session
 
 from geneva_drive.core import text
-from geneva_drive.core.errors import StepConfigurationError, WorkflowAlreadyOngoing
+from geneva_drive.core.errors import (
+    InputTooLargeError,
+    StepConfigurationError,
+    WorkflowAlreadyOngoing,
+)
 from geneva_drive.core.ports import EnqueuedStep
 from geneva_drive.core.settings import settings_of
 from geneva_drive.core.states import ExecutionState, WorkflowState
@@ -45,8 +50,15 @@ from geneva_drive.storage import queries, serialization
 from geneva_drive.storage.heroes import checked_hero_type, hero_type_of
 from geneva_drive.storage.limits import MAX_HERO_ID, MAX_HERO_TYPE
 from geneva_drive.storage.queries.bypass import as_inserted, connection_of, remember_workflow_lock
-from geneva_drive.storage.queries.starting import Hero, execution_row, starter_for, workflow_row
+from geneva_drive.storage.queries.starting import (
+    Hero,
+    Started,
+    execution_row,
+    starter_for,
+    workflow_row,
+)
 from geneva_drive.storage.queries.starting import ongoing_heroes as _ongoing_heroes
+from geneva_drive.storage.values import stored_value
 
 if TYPE_CHECKING:
     from geneva_drive.definition.steps import StepDefinition
@@ -138,6 +150,8 @@ def create(
     scheduled_tick: datetime | None = None,
     parent: tuple[int, str] | None = None,
     find_child: Callable[[], W | None] | None = None,
+    input: Any = None,
+    input_of: str | None = None,
 ) -> W:
     """``Workflow.create``: everything checked first, then one INSERT per row (PostgreSQL:
     one statement), the wake-up queued with the caller's commit.
@@ -146,12 +160,14 @@ def create(
     uniquely indexed column. ``parent``: (parent id, key) of a child
     (``children.start_child``). A child refused by the unique index over them was started by a
     concurrent run of the same step, which ``find_child`` returns (the database waited for it
-    to commit).
+    to commit). ``input_of``: who passes ``input``, as its errors name them (by default
+    ``Cls.create(input=...)``).
     """
     _check_creatable(cls, session)
+    encoded = _input(cls, session, input, input_of or f"{cls.__name__}.create(input=...)")
     hero_type, hero_id = hero_key(cls, session, hero)
     start, now = _planned(cls, session, allow_multiple, step_job_options)
-    row = {**start.workflow, "hero_type": hero_type, "hero_id": hero_id}
+    row = {**start.workflow, "hero_type": hero_type, "hero_id": hero_id, "input_json": encoded}
     if scheduled_tick is not None:
         row["scheduled_tick"] = scheduled_tick
     if parent is not None:
@@ -218,6 +234,36 @@ def _planned(
     return start, now
 
 
+def _input(cls: type[Workflow], session: Session, value: Any, what: str) -> Any:
+    """A workflow's input as stored (typed JSON within ``max_value_size``), checked before
+    anything is written."""
+    limit = settings_of(session).max_value_size
+    return stored_value(value, limit=limit, what=what, too_large=InputTooLargeError)
+
+
+def _inputs(
+    cls: type[Workflow], session: Session, inputs: Sequence[Any] | None, count: int
+) -> list[Any] | None:
+    """``create_many(inputs=...)``: one stored input per workflow to start, in order."""
+    if inputs is None:
+        return None
+    name = cls.__name__
+    if isinstance(inputs, str | bytes | dict) or not isinstance(inputs, Sequence):
+        raise TypeError(
+            f"{name}.create_many(inputs=...): expected a list with one input per workflow, "
+            f"got {type(inputs).__name__}; for one input shared by all, pass [value] * n"
+        )
+    if len(inputs) != count:
+        raise ValueError(
+            f"{name}.create_many(): got {len(inputs)} inputs for {count} workflows; pass one "
+            "input per hero (or per hero-less workflow), in the same order"
+        )
+    return [
+        _input(cls, session, value, f"{name}.create_many(inputs[{i}])")
+        for i, value in enumerate(inputs)
+    ]
+
+
 def _check_creatable(cls: type[Workflow], session: Session) -> None:
     if cls is Workflow:
         raise StepConfigurationError(
@@ -258,6 +304,7 @@ def create_many(
     allow_multiple: bool = False,
     step_job_options: dict[str, Any] | None = None,
     raise_on_conflict: bool = False,
+    inputs: Sequence[Any] | None = None,
 ) -> StartResult:
     """Start one workflow per hero (or ``count`` hero-less ones) in the caller's transaction.
 
@@ -267,7 +314,13 @@ def create_many(
     instances are made: load the ones you need by id.
     """
     _check_creatable(cls, session)
-    keyed = _keyed_heroes(cls, session, heroes, count)
+    if heroes is None and count is None and isinstance(inputs, Sequence):
+        count = len(inputs)  # hero-less workflows, one per input
+    if heroes is not None and not isinstance(heroes, Sequence):
+        heroes = list(heroes)  # counted against the inputs, then iterated
+    planned = len(heroes) if heroes is not None else count
+    encoded = _inputs(cls, session, inputs, planned if isinstance(planned, int) else 0)
+    keyed = _keyed_heroes(cls, session, heroes, count, encoded)
     start, _ = _planned(cls, session, allow_multiple, step_job_options)
     if start.first is None:
         raise StepConfigurationError(
@@ -289,8 +342,8 @@ def create_many(
 def _start_all(
     session: Session,
     start: Start,
-    unique: list[tuple[Any, Hero]],
-    repeated: list[tuple[Any, Hero]],
+    unique: list[tuple[Any, Keyed]],
+    repeated: list[tuple[Any, Keyed]],
     allow_multiple: bool,
 ) -> StartResult:
     assert start.first is not None and start.first_step is not None
@@ -299,8 +352,14 @@ def _start_all(
         return result
     connection = connection_of(session)
     notify, notified = wake_for_start(session, start.queue, start.due)
+    with_inputs = any(key.input is not None for _, key in unique)
     started = starter_for(connection).start_many(
-        connection, start.workflow, [key for _, key in unique], start.first, notify
+        connection,
+        start.workflow,
+        [key.hero for _, key in unique],
+        start.first,
+        notify,
+        [key.input for _, key in unique] if with_inputs else None,
     )
     if notify is not None and started:
         note_woken(session, notify)
@@ -314,9 +373,21 @@ def _start_all(
     return result
 
 
+@dataclass(frozen=True)
+class Keyed:
+    """One workflow of a ``create_many()`` call: its hero as stored and its stored input."""
+
+    hero: Hero
+    input: Any = None
+
+
 def _keyed_heroes(
-    cls: type[Workflow], session: Session, heroes: Iterable[Any] | None, count: int | None
-) -> list[tuple[Any, Hero]]:
+    cls: type[Workflow],
+    session: Session,
+    heroes: Iterable[Any] | None,
+    count: int | None,
+    inputs: list[Any] | None,
+) -> list[tuple[Any, Keyed]]:
     name = cls.__name__
     if (heroes is None) == (count is None):
         raise TypeError(
@@ -328,22 +399,25 @@ def _keyed_heroes(
             raise ValueError(f"{name}.create_many(count={count!r}): expected an int >= 0")
         if count and not cls.may_proceed_without_hero:
             hero_key(cls, session, None)  # raises the hero-less refusal of create()
-        return [(None, (None, None))] * count
-    return [(hero, hero_key(cls, session, hero, verb="create_many")) for hero in heroes or ()]
+        given = inputs if inputs is not None else [None] * count
+        return [(None, Keyed((None, None), value)) for value in given]
+    keyed = [(hero, hero_key(cls, session, hero, verb="create_many")) for hero in heroes or ()]
+    given = inputs if inputs is not None else [None] * len(keyed)
+    return [(hero, Keyed(key, value)) for (hero, key), value in zip(keyed, given, strict=True)]
 
 
 def _split_repeats(
-    keyed: Sequence[tuple[Any, Hero]],
-) -> tuple[list[tuple[Any, Hero]], list[tuple[Any, Hero]]]:
+    keyed: Sequence[tuple[Any, Keyed]],
+) -> tuple[list[tuple[Any, Keyed]], list[tuple[Any, Keyed]]]:
     """Each hero's first listing, and the later ones (a hero is started at most once per
     call). Hero-less entries are never repeats."""
     seen: set[Hero] = set()
     unique, repeated = [], []
     for hero, key in keyed:
-        if key[1] is not None and key in seen:
+        if key.hero[1] is not None and key.hero in seen:
             repeated.append((hero, key))
             continue
-        seen.add(key)
+        seen.add(key.hero)
         unique.append((hero, key))
     return unique, repeated
 
@@ -356,30 +430,56 @@ def _conflict_error(cls: type[Workflow], conflict: tuple[Any, int | None]) -> Ex
 
 def _collect(
     result: StartResult,
-    unique: list[tuple[Any, Hero]],
-    started: list[tuple[int, Hero, int]],
+    unique: list[tuple[Any, Keyed]],
+    started: list[Started],
     allow_multiple: bool,
     connection: Any,
     start: Start,
 ) -> dict[int, int]:
     """Fill ``result`` in the order given; returns the first execution's id by workflow id."""
-    # Rows come back by hero; hero-less ones are alike, so any order matches them.
-    heroless = iter([w for w, key, _ in started if key[1] is None])
-    ids = {key: w for w, key, _ in started if key[1] is not None}
+    # Rows come back by hero. Hero-less ones are told apart by their input only: each takes a
+    # row that holds its input (two with equal inputs are alike, so either will do).
+    heroless = _HeroLess([(w, stored) for w, key, _, stored in started if key[1] is None])
+    ids = {key: w for w, key, _, _ in started if key[1] is not None}
     refused = [
-        {"type": start.workflow["type"], "hero_type": key[0], "hero_id": key[1]}
+        {"type": start.workflow["type"], "hero_type": key.hero[0], "hero_id": key.hero[1]}
         for _, key in unique
-        if key[1] is not None and key not in ids
+        if key.hero[1] is not None and key.hero not in ids
     ]
     holders = _ongoing_heroes(connection, refused) if refused and not allow_multiple else {}
     for hero, key in unique:
-        if key[1] is None:
-            result.created.append((hero, next(heroless)))
-        elif key in ids:
-            result.created.append((hero, ids[key]))
+        if key.hero[1] is None:
+            result.created.append((hero, heroless.take(key.input)))
+        elif key.hero in ids:
+            result.created.append((hero, ids[key.hero]))
         else:
-            result.conflicts.append((hero, holders.get(key)))
-    return {w: x for w, _, x in started}
+            result.conflicts.append((hero, holders.get(key.hero)))
+    return {w: x for w, _, x, _ in started}
+
+
+class _HeroLess:
+    """The inserted hero-less workflows, handed out by input.
+
+    A row's input comes back as the database stores it, which may spell a number otherwise
+    (JSONB keeps ``1e20`` as ``100000000000000000000``): an input without an exact match takes
+    the first row no other input matches.
+    """
+
+    def __init__(self, rows: list[tuple[int, Any]]) -> None:
+        self._by_input: dict[str, list[int]] = {}
+        for workflow_id, stored in rows:
+            self._by_input.setdefault(_canonical(stored), []).append(workflow_id)
+        self._taken: set[int] = set()
+
+    def take(self, value: Any) -> int:
+        exact = [w for w in self._by_input.get(_canonical(value), []) if w not in self._taken]
+        pool = exact or [w for ids in self._by_input.values() for w in ids if w not in self._taken]
+        self._taken.add(pool[0])
+        return pool[0]
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
 # -- the hero -----------------------------------------------------------------------------

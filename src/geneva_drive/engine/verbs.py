@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import inspect as sa_inspect
@@ -34,6 +34,7 @@ class EngineVerbs:
         hero: Any,
         allow_multiple: bool,
         step_job_options: dict[str, Any] | None,
+        input: Any = None,
     ) -> W:
         return starting.create(
             cls,
@@ -41,6 +42,7 @@ class EngineVerbs:
             hero=hero,
             allow_multiple=allow_multiple,
             step_job_options=step_job_options,
+            input=input,
         )
 
     def create_many(
@@ -53,6 +55,7 @@ class EngineVerbs:
         allow_multiple: bool,
         step_job_options: dict[str, Any] | None,
         raise_on_conflict: bool,
+        inputs: Sequence[Any] | None = None,
     ) -> StartResult:
         return starting.create_many(
             cls,
@@ -62,6 +65,7 @@ class EngineVerbs:
             allow_multiple=allow_multiple,
             step_job_options=step_job_options,
             raise_on_conflict=raise_on_conflict,
+            inputs=inputs,
         )
 
     def start_child(
@@ -72,8 +76,11 @@ class EngineVerbs:
         key: str,
         hero: Any,
         allow_multiple: bool,
+        input: Any = None,
     ) -> W:
-        return children.start_child(parent, cls, key=key, hero=hero, allow_multiple=allow_multiple)
+        return children.start_child(
+            parent, cls, key=key, hero=hero, allow_multiple=allow_multiple, input=input
+        )
 
     def signal(
         self,

@@ -35,7 +35,7 @@ from geneva_drive.core.states import (
     check_workflow_transition,
 )
 from geneva_drive.definition.workflow import Workflow, as_workflow
-from geneva_drive.engine import scheduling, state_log
+from geneva_drive.engine import compensation, scheduling, state_log
 from geneva_drive.engine.outcomes import (
     ErrorRecord,
     Next,
@@ -169,22 +169,41 @@ def move(workflow: Workflow, state: WorkflowState, now: datetime, *, guarded: bo
 def cancel_now(
     session: Session, workflow: Workflow, now: datetime, *, by_operator: bool = False
 ) -> None:
-    """Cancel an ongoing workflow (lock held): its scheduled or waiting execution ends
-    canceled; an in-progress one belongs to its worker, whose phase 3 sees "canceled".
-    ``by_operator``: a verb's cancel, logged as such when no plan logs it."""
+    """Cancel an ongoing workflow (lock held), compensating first (:func:`cancel`): its
+    scheduled or waiting execution ends canceled; an in-progress one belongs to its worker,
+    whose phase 3 sees "canceled" — or, when the class has compensations, a pending cancel
+    (the running step's result may add one; ``engine.compensation``). A workflow being
+    canceled already is left to its compensations. ``by_operator``: a verb's cancel, logged
+    as such when no plan logs it."""
     current = queries.current_execution(session, workflow.id)
-    if current is not None and current.state != ExecutionState.IN_PROGRESS:
+    running = current is not None and current.state == ExecutionState.IN_PROGRESS
+    if compensation.compensating(workflow) or (running and compensation.cancel_pending(workflow)):
+        return  # it is being canceled already: its compensations run on, each once
+    if current is not None and not running:
         apply(session, workflow, current, for_operator_cancel(), now, guarded=False)
-    else:
+        return
+    if running and compensation.has_compensations(workflow):
+        # Paused with the cancel pending: its phase 3 keeps the result and starts them.
+        move(workflow, WorkflowState.PAUSED, now, guarded=False)
+        compensation.set_pending(workflow, True)
+    elif running:
         move(workflow, WorkflowState.CANCELED, now, guarded=False)
-        if by_operator:
-            state_log.by_operator(session, workflow, WorkflowState.CANCELED)
+    else:
+        cancel(session, workflow, now, guarded=False)
+    if by_operator and workflow.state == WorkflowState.CANCELED:
+        state_log.by_operator(session, workflow, WorkflowState.CANCELED)
 
 
 def advance(
     session: Session, workflow: Workflow, after: str | None, now: datetime
 ) -> StepExecution | None:
-    """Schedule the step after ``after`` in positional order, or finish the workflow."""
+    """Schedule the step after ``after`` in positional order, or finish the workflow.
+
+    After a compensation (an operator skipped it), the next compensation, or canceled.
+    """
+    if compensation.is_compensation(workflow, after):
+        compensation.mark_done(workflow)
+        return cancel(session, workflow, now, guarded=False)
     following = type(workflow).steps.next_after(after)
     if following is None:
         move(workflow, WorkflowState.FINISHED, now, guarded=False)
@@ -200,6 +219,59 @@ def defer(session: Session, workflow: Workflow, execution: StepExecution, until:
     execution.scheduled_for = until
     session.flush()
     enqueue_after_commit(session, enqueued_step(workflow, execution))
+
+
+def cancel(
+    session: Session,
+    workflow: Workflow,
+    now: datetime,
+    *,
+    guarded: bool = True,
+    keep_paused: bool = False,
+) -> StepExecution | None:
+    """Cancel the workflow, compensating first (``engine.compensation``): cancel its ongoing
+    children and schedule the next compensation it owes — the workflow ``ready`` at it
+    (``keep_paused``: left paused, for ``resume()``) — or, when none is owed, end it
+    ``canceled`` (which cancels the children, :func:`_ended`)."""
+    workflow.current_step_name = None
+    if compensation.cancel_pending(workflow):
+        compensation.set_pending(workflow, False)
+    owed = compensation.next_owed(session, workflow)
+    if owed is None:
+        move(workflow, WorkflowState.CANCELED, now, guarded=guarded)
+        return None
+    # Its children first, as a cancel without compensations does (_ended): they were started
+    # after what the compensations undo, and may run compensations of their own.
+    cancel_children(session, workflow, now)
+    step, definition = owed
+    compensation.begin(workflow, step)
+    if not (keep_paused and workflow.state == WorkflowState.PAUSED):
+        move(workflow, WorkflowState.READY, now, guarded=guarded)
+    execution = scheduling.create_step_execution(session, workflow, definition, now)
+    compensation.label(execution, step)
+    return execution
+
+
+def _after_compensation(
+    session: Session,
+    workflow: Workflow,
+    execution: StepExecution,
+    plan: Plan,
+    now: datetime,
+    guarded: bool,
+) -> tuple[bool, StepExecution | None]:
+    """(decided here, what was scheduled) after a compensation's execution; not decided
+    here: what follows any step's (a reattempt, a failure, a pause)."""
+    if plan.workflow is WorkflowState.CANCELED:  # canceled from within: abandon the rest
+        compensation.abandon(workflow)
+        workflow.current_step_name = None
+        move(workflow, WorkflowState.CANCELED, now, guarded=guarded)
+        return True, None
+    if plan.next is Next.FOLLOWING or plan.workflow is WorkflowState.FINISHED:
+        compensation.mark_done(workflow)
+        paused = plan.workflow is None and workflow.state == WorkflowState.PAUSED
+        return True, cancel(session, workflow, now, guarded=guarded, keep_paused=paused)
+    return False, None
 
 
 def begin(session: Session, workflow: Workflow, now: datetime) -> StepExecution | None:
@@ -233,6 +305,15 @@ def apply(
         record_clean_resolution(session, execution)
     elif plan.settle is Settle.SKIPPED:
         settle_signal_for_skipped(session, execution)
+    if compensation.is_compensation(workflow, execution.step_name):
+        decided, scheduled = _after_compensation(session, workflow, execution, plan, now, guarded)
+        if decided:
+            state_log.planned(session, workflow, execution, plan, was, error)
+            return scheduled
+    elif plan.workflow is WorkflowState.CANCELED and compensation.has_compensations(workflow):
+        scheduled = cancel(session, workflow, now, guarded=guarded)  # compensations first
+        state_log.planned(session, workflow, execution, plan, was, error)
+        return scheduled
     if plan.workflow is not None:
         move(workflow, plan.workflow, now, guarded=guarded)
     state_log.planned(session, workflow, execution, plan, was, error)

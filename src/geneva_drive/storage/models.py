@@ -384,6 +384,9 @@ workflows_table = Table(
     Column("children_started", Integer, nullable=False, server_default=text("0")),
     Column("children_ended", Integer, nullable=False, server_default=text("0")),
     Column("children_failed", Integer, nullable=False, server_default=text("0")),
+    # The value passed as create(input=...), typed JSON, read as ``self.input`` (migration
+    # 0014 added it at the end of the table).
+    Column("input", Json),
     *_workflow_indexes(),
 )
 
@@ -413,6 +416,8 @@ class WorkflowColumns:
     children_started: Mapped[int]
     children_ended: Mapped[int]
     children_failed: Mapped[int]
+    # Mapped as ``input_json`` by ``Workflow`` (read it as ``self.input``).
+    input_json: Mapped[Any | None]
 
 
 if TYPE_CHECKING:
@@ -461,6 +466,9 @@ class StepExecution(Timestamps, Base):
     # added them at the end of the table, hence the sort order (after the timestamps).
     awaiting_signal: Mapped[str | None] = mapped_column(String(255), sort_order=10)
     wait_deadline: Mapped[datetime | None] = mapped_column(UTCDateTime(), sort_order=10)
+    # What the step's body returned, typed JSON, on its successful execution only
+    # (``Workflow.result_of``). Migration 0014.
+    result_json: Mapped[Any | None] = mapped_column("result", Json, sort_order=11)
 
     __table_args__ = (
         # Not (workflow_id), (state) nor (scheduled_for), which the gem has: wider or partial
@@ -543,6 +551,11 @@ class StepExecution(Timestamps, Base):
     @property
     def cursor_value(self) -> Any:
         return None if self.cursor is None else serialization.decode(self.cursor)
+
+    @property
+    def result(self) -> Any:
+        """What the step returned on this execution (None: nothing, or not a success)."""
+        return None if self.result_json is None else serialization.decode(self.result_json)
 
     @property
     def resuming(self) -> bool:

@@ -4,6 +4,7 @@
 - ``executions``: reading and writing execution rows (start, completion, sweep, history).
 - ``handover``: a workflow's last completion with the next workflow's claim and start.
 - ``workflows``: workflow-row look-ups.
+- ``results``: what steps returned (``result_of``, a child's answer to its parent).
 - ``signals``: signal rows and the executions that wait for them.
 - ``housekeeping``: stuck rows, batched cleanup, gauges.
 - ``dispatch``: what an external queue (Celery) was sent and must be sent.
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
         remember_workflow_lock,
         write_through,
     )
+    from geneva_drive.storage.queries.children import child_results
     from geneva_drive.storage.queries.claims import (
         claim_due_execution,
         claim_execution,
@@ -81,6 +83,13 @@ if TYPE_CHECKING:
         stuck_scheduled_ids,
         waiting_counts,
     )
+    from geneva_drive.storage.queries.results import (
+        last_step_result,
+        last_step_results,
+        step_result,
+        succeeded_newest_first,
+        succeeded_steps,
+    )
     from geneva_drive.storage.queries.signals import (
         executions_attached_to,
         find_delivery,
@@ -98,6 +107,7 @@ _EXPORTS: dict[str, str] = {
     "NextClaim": "geneva_drive.storage.queries.handover",
     "attempt_number": "geneva_drive.storage.queries.executions",
     "checkpoint_execution": "geneva_drive.storage.queries.executions",
+    "child_results": "geneva_drive.storage.queries.children",
     "claim_due_execution": "geneva_drive.storage.queries.claims",
     "claim_execution": "geneva_drive.storage.queries.claims",
     "complete_in_one_statement": "geneva_drive.storage.queries.executions",
@@ -120,6 +130,8 @@ _EXPORTS: dict[str, str] = {
     "get_execution": "geneva_drive.storage.queries.executions",
     "insert_execution": "geneva_drive.storage.queries.executions",
     "is_transient": "geneva_drive.storage.queries._sql",
+    "last_step_result": "geneva_drive.storage.queries.results",
+    "last_step_results": "geneva_drive.storage.queries.results",
     "listen_statement": "geneva_drive.storage.queries.coordination",
     "lock_execution": "geneva_drive.storage.queries.bypass",
     "lock_workflow": "geneva_drive.storage.queries.bypass",
@@ -134,8 +146,11 @@ _EXPORTS: dict[str, str] = {
     "release_housekeeping_lock": "geneva_drive.storage.queries.coordination",
     "remember_workflow_lock": "geneva_drive.storage.queries.bypass",
     "start_both": "geneva_drive.storage.queries.executions",
+    "step_result": "geneva_drive.storage.queries.results",
     "stuck_in_progress_ids": "geneva_drive.storage.queries.housekeeping",
     "stuck_scheduled_ids": "geneva_drive.storage.queries.housekeeping",
+    "succeeded_newest_first": "geneva_drive.storage.queries.results",
+    "succeeded_steps": "geneva_drive.storage.queries.results",
     "successor_of": "geneva_drive.storage.queries.executions",
     "sweep_strays": "geneva_drive.storage.queries.executions",
     "try_housekeeping_lock": "geneva_drive.storage.queries.coordination",
@@ -158,6 +173,7 @@ __all__ = [
     "NextClaim",
     "attempt_number",
     "checkpoint_execution",
+    "child_results",
     "claim_due_execution",
     "claim_execution",
     "complete_in_one_statement",
@@ -180,6 +196,8 @@ __all__ = [
     "get_execution",
     "insert_execution",
     "is_transient",
+    "last_step_result",
+    "last_step_results",
     "listen_statement",
     "lock_execution",
     "lock_workflow",
@@ -194,13 +212,15 @@ __all__ = [
     "release_housekeeping_lock",
     "remember_workflow_lock",
     "start_both",
+    "step_result",
     "stuck_in_progress_ids",
     "stuck_scheduled_ids",
+    "succeeded_newest_first",
+    "succeeded_steps",
     "successor_of",
     "sweep_strays",
     "try_housekeeping_lock",
     "unconsumed_signals",
     "waiting_counts",
-    "workflow_counts",
     "write_through",
 ]

@@ -347,7 +347,12 @@ def last_errors_of(session: Session, workflow_ids: Sequence[int]) -> dict[int, s
 
 def workflow_row(session: Session, workflow_id: int) -> Any:
     t = workflows_table
-    columns = (*(t.c[name] for name in WORKFLOW_COLUMNS), t.c.metadata, t.c.trace_context)
+    columns = (
+        *(t.c[name] for name in WORKFLOW_COLUMNS),
+        t.c.metadata,
+        t.c.trace_context,
+        t.c.input,
+    )
     return session.execute(select(*columns).where(t.c.id == workflow_id)).first()
 
 

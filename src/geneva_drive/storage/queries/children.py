@@ -16,7 +16,12 @@ from typing import Any
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
-from geneva_drive.core.states import TERMINAL_WORKFLOW_STATES, WorkflowState
+from geneva_drive.core.states import (
+    TERMINAL_WORKFLOW_STATES,
+    ExecutionState,
+    Outcome,
+    WorkflowState,
+)
 from geneva_drive.storage.models import StepExecution, WorkflowColumns, workflows_table
 from geneva_drive.storage.queries._sql import workflow_model
 
@@ -75,6 +80,46 @@ def last_error(session: Session, workflow_id: int) -> StepExecution | None:
         .limit(1)
     )
     return session.execute(stmt).scalar_one_or_none()
+
+
+def child_results(session: Session, parent_id: int) -> list[tuple[str, Any]]:
+    """(key, stored result of its latest successful execution) of each of the parent's
+    children, in the order they were started; None for a child with no success yet, or that
+    ended canceled.
+
+    One statement for every child: the latest success of each is its highest successful
+    execution id (ids grow with creation, and a workflow runs one step at a time), found by
+    one grouped read of the children's executions through ``(workflow_id, state)``, then
+    each by primary key — a fixed cost per query, never a query per child.
+    """
+    wf = workflows_table
+    e: Any = StepExecution.__table__
+    latest = (
+        select(e.c.workflow_id, func.max(e.c.id).label("last_id"))
+        .select_from(e.join(wf, wf.c.id == e.c.workflow_id))
+        .where(
+            wf.c.parent_id == parent_id,
+            wf.c.state != WorkflowState.CANCELED,
+            # A reattempt, a checkpoint and a timer also end "completed": only a success
+            # has a result (as queries.results).
+            e.c.state == ExecutionState.COMPLETED,
+            e.c.outcome == Outcome.SUCCESS,
+        )
+        .group_by(e.c.workflow_id)
+        .subquery("latest")
+    )
+    last = e.alias("last")
+    stmt = (
+        select(wf.c.child_key, last.c.result)
+        .select_from(
+            wf.outerjoin(latest, latest.c.workflow_id == wf.c.id).outerjoin(
+                last, last.c.id == latest.c.last_id
+            )
+        )
+        .where(wf.c.parent_id == parent_id)
+        .order_by(wf.c.id)
+    )
+    return [(str(key), value) for key, value in session.execute(stmt)]
 
 
 def counts_by_state(session: Session, parent_id: int) -> dict[str, int]:

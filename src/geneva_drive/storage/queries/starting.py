@@ -23,10 +23,22 @@ One strategy per kind of database, chosen once from what its dialect can do
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, String, bindparam, cast, func, insert, select, true, tuple_
+from sqlalchemy import (
+    Connection,
+    String,
+    Text,
+    bindparam,
+    cast,
+    func,
+    insert,
+    select,
+    true,
+    tuple_,
+)
 from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.exc import IntegrityError
 
@@ -96,6 +108,9 @@ def _execution_keys() -> tuple[str, ...]:
 
 
 Hero = tuple[str | None, str | None]  # (hero_type, hero_id)
+# A workflow a bulk start inserted: (its id, its hero, its first execution's id, its input as
+# stored — what tells hero-less ones apart).
+Started = tuple[int, Hero, int, Any]
 
 
 class Starter:
@@ -128,43 +143,50 @@ class Starter:
         heroes: Sequence[Hero],
         first: dict[str, Any],
         wake_queue: str | None,
-    ) -> list[tuple[int, Hero, int]]:
+        inputs: Sequence[Any] | None = None,
+    ) -> list[Started]:
         """Insert one workflow (``workflow``'s columns) per hero, each hero at most once, with
-        its first execution (``first``'s): (workflow id, hero, execution id) of each inserted
-        one. Heroes the unique index refused are missing."""
-        rows = [{**workflow, "hero_type": t, "hero_id": i} for t, i in heroes]
+        its first execution (``first``'s) and its own input (``inputs``, in the order of
+        ``heroes``; None: ``workflow``'s): see :data:`Started`. Heroes the unique index
+        refused are missing."""
+        given = inputs if inputs is not None else [workflow["input_json"]] * len(heroes)
+        rows = [
+            {**workflow, "hero_type": t, "hero_id": i, "input_json": value}
+            for (t, i), value in zip(heroes, given, strict=True)
+        ]
         inserted = self.insert_many(connection, rows)
         executions = insert_executions(
-            connection, [{**first, "workflow_id": workflow_id} for workflow_id, _ in inserted]
+            connection, [{**first, "workflow_id": workflow_id} for workflow_id, *_ in inserted]
         )
-        return [(w, hero, executions[w]) for w, hero in inserted]
+        return [(w, hero, executions[w], value) for w, hero, value in inserted]
 
     def insert_many(
         self, connection: Connection, rows: Sequence[dict[str, Any]]
-    ) -> list[tuple[int, Hero]]:
-        """Insert ``rows`` (workflows of one class, each hero at most once): (id, hero) of
-        each inserted one. Rows the unique index refused are missing."""
+    ) -> list[tuple[int, Hero, Any]]:
+        """Insert ``rows`` (workflows of one class, each hero at most once): (id, hero,
+        input) of each inserted one. Rows the unique index refused are missing."""
         if not connection.dialect.insert_executemany_returning:
             return self._one_by_one(connection, rows)
-        inserted: list[tuple[int, Hero]] = []
+        inserted: list[tuple[int, Hero, Any]] = []
         for start in range(0, len(rows), BULK_ROWS):
             inserted += self._insert_chunk(connection, rows[start : start + BULK_ROWS])
         return inserted
 
     def _insert_chunk(
         self, connection: Connection, chunk: Sequence[dict[str, Any]]
-    ) -> list[tuple[int, Hero]]:
+    ) -> list[tuple[int, Hero, Any]]:
         result = connection.execute(_returning_heroes(dialect_of(connection)), list(chunk))
-        return [(int(id_), (hero_type, hero_id)) for id_, hero_type, hero_id in result]
+        return [(int(id_), (type_, hero_id), value) for id_, type_, hero_id, value in result]
 
     def _one_by_one(
         self, connection: Connection, rows: Sequence[dict[str, Any]]
-    ) -> list[tuple[int, Hero]]:
+    ) -> list[tuple[int, Hero, Any]]:
         inserted = []
         for row in rows:
             workflow_id = self.insert_workflow(connection, row)
             if workflow_id is not None:
-                inserted.append((workflow_id, (row["hero_type"], row["hero_id"])))
+                hero = (row["hero_type"], row["hero_id"])
+                inserted.append((workflow_id, hero, row["input_json"]))
         return inserted
 
 
@@ -189,7 +211,7 @@ class MySQLStarter(Starter):
 
     def _insert_chunk(
         self, connection: Connection, chunk: Sequence[dict[str, Any]]
-    ) -> list[tuple[int, Hero]]:
+    ) -> list[tuple[int, Hero, Any]]:
         # Heroes with an ongoing single workflow are left out first. A competitor committing
         # in between makes the chunk's one INSERT fail as a whole (InnoDB undoes just that
         # statement); it is then retried without the heroes the competitor now holds.
@@ -236,21 +258,28 @@ class PostgresStarter(Starter):
         heroes: Sequence[Hero],
         first: dict[str, Any],
         wake_queue: str | None,
-    ) -> list[tuple[int, Hero, int]]:
-        # One statement per PG_BULK_ROWS heroes, whose parameters are two arrays and the
-        # shared columns: a multi-row VALUES list of that size has ~35 placeholders per row,
-        # and psycopg's parsing of them cost more than the database's inserts.
-        started: list[tuple[int, Hero, int]] = []
+        inputs: Sequence[Any] | None = None,
+    ) -> list[Started]:
+        # One statement per PG_BULK_ROWS heroes, whose parameters are two arrays (three with
+        # inputs) and the shared columns: a multi-row VALUES list of that size has ~35
+        # placeholders per row, and psycopg's parsing of them cost more than the database's
+        # inserts.
+        started: list[Started] = []
         params = {**{f"w_{k}": v for k, v in workflow.items()}, **first}
         if wake_queue is not None:
             params["wake_channel"], params["wake_queue"] = NOTIFY_CHANNEL, wake_queue
-        stmt = _start_many_stmt(wake_queue is not None)
+        stmt = _start_many_stmt(wake_queue is not None, inputs is not None)
         for start in range(0, len(heroes), PG_BULK_ROWS):
             chunk = heroes[start : start + PG_BULK_ROWS]
             params["hero_types"] = [t for t, _ in chunk]
             params["hero_ids"] = [i for _, i in chunk]
+            if inputs is not None:  # as JSON text, cast to JSONB per row (NULL stays NULL)
+                params["inputs"] = [
+                    None if v is None else json.dumps(v)
+                    for v in inputs[start : start + PG_BULK_ROWS]
+                ]
             result = connection.execute(stmt, params)
-            started += [(int(w), (t, i), int(x)) for w, t, i, x in result]
+            started += [(int(w), (t, i), int(x), value) for w, t, i, value, x in result]
         return started
 
 
@@ -317,8 +346,9 @@ def _insert_execution(connection: Connection, row: dict[str, Any]) -> int:
 
 
 def _hero_columns() -> tuple[Any, ...]:
+    """What a bulk start reads back of each workflow it inserted: id, hero and input."""
     table: Any = workflow_model().__table__
-    return table.c.id, table.c.hero_type, table.c.hero_id
+    return table.c.id, table.c.hero_type, table.c.hero_id, table.c.input
 
 
 def _bound(mapped: Any, keys: tuple[str, ...], prefix: str = "") -> dict[Any, Any]:
@@ -391,31 +421,41 @@ def _create_stmt(wake: bool) -> Any:
 
 
 @functools.cache
-def _start_many_stmt(wake: bool) -> Any:
-    """``WITH w AS (INSERT workflow SELECT … FROM unnest(:hero_types, :hero_ids) ON CONFLICT DO
-    NOTHING RETURNING …) [, wake AS (SELECT pg_notify(…))], x AS (INSERT execution SELECT …
-    FROM w RETURNING …) SELECT w.id, w.hero_type, w.hero_id, x.id FROM w JOIN x``.
+def _start_many_stmt(wake: bool, inputs: bool = False) -> Any:
+    """``WITH w AS (INSERT workflow SELECT … FROM unnest(:hero_types, :hero_ids[, :inputs]) ON
+    CONFLICT DO NOTHING RETURNING …) [, wake AS (SELECT pg_notify(…))], x AS (INSERT execution
+    SELECT … FROM w RETURNING …) SELECT w.id, w.hero_type, w.hero_id, w.input, x.id FROM w
+    JOIN x``.
 
     Two duplicate heroes in one array would be one insert and one DO NOTHING; the caller
-    passes each hero once anyway.
+    passes each hero once anyway. ``inputs``: each workflow's own input, as JSON text.
     """
     from sqlalchemy.dialects import postgresql  # PostgreSQL's statements only
 
     workflows: Any = workflow_model().__table__
     w_columns = sa_inspect(workflow_model()).column_attrs
+    arrays = [
+        cast(bindparam("hero_types"), postgresql.ARRAY(String)),
+        cast(bindparam("hero_ids"), postgresql.ARRAY(String)),
+    ]
+    if inputs:
+        arrays.append(cast(bindparam("inputs"), postgresql.ARRAY(Text)))
     heroes = (
-        func.unnest(
-            cast(bindparam("hero_types"), postgresql.ARRAY(String)),
-            cast(bindparam("hero_ids"), postgresql.ARRAY(String)),
-        )
-        .table_valued("hero_type", "hero_id")
+        func.unnest(*arrays)
+        .table_valued("hero_type", "hero_id", *(["input"] if inputs else []))
         .render_derived(name="h")
     )
-    w_keys = ("hero_type", "hero_id", *(k for k in _workflow_keys() if k not in _HERO_KEYS))
-    w_values = [
-        heroes.c[k] if k in _HERO_KEYS else _typed(f"w_{k}", w_columns[k].columns[0].type)
-        for k in w_keys
-    ]
+    per_row = (*_HERO_KEYS, "input_json") if inputs else _HERO_KEYS
+    w_keys = (*per_row, *(k for k in _workflow_keys() if k not in per_row))
+
+    def value(key: str) -> Any:
+        if inputs and key == "input_json":
+            return cast(heroes.c.input, postgresql.JSONB)
+        if key in _HERO_KEYS:
+            return heroes.c[key]
+        return _typed(f"w_{key}", w_columns[key].columns[0].type)
+
+    w_values = [value(k) for k in w_keys]
     w = (
         postgresql.insert(workflows)
         .from_select([w_columns[k].columns[0] for k in w_keys], select(*w_values))
@@ -424,7 +464,7 @@ def _start_many_stmt(wake: bool) -> Any:
         .cte("w")
     )
     x = _first_executions(w, wake, _typed)
-    return select(w.c.id, w.c.hero_type, w.c.hero_id, x.c.id).join_from(
+    return select(w.c.id, w.c.hero_type, w.c.hero_id, w.c.input, x.c.id).join_from(
         w, x, x.c.workflow_id == w.c.id
     )
 
