@@ -54,12 +54,16 @@ class ClaimScope:
     class it has not loaded would fail on it (a hero it cannot load pauses the workflow, a
     vanished hero-less class is canceled), and is left scheduled for a worker that has the
     code. Without it, rows of every class (a runner handed one execution by id, tests).
+
+    ``fair``: some class it serves has a ``fairness_key``; its claims then rotate among the
+    keys (``queries.fairness``). Without one, the claim is the ordinary one, unchanged.
     """
 
     queues: tuple[str, ...] = ()
     workflow_types: tuple[str, ...] = ()
     hero_types: tuple[str, ...] = ()
     loaded_only: bool = False
+    fair: bool = False
 
     @classmethod
     def on_queues(cls, queues: Sequence[str] | None) -> ClaimScope:
