@@ -413,10 +413,14 @@ def test_downgrade_to_base_removes_our_tables(empty_engine: sa.Engine):
 def test_upgrade_to_an_explicit_revision(empty_engine: sa.Engine):
     migrate.upgrade(empty_engine, "0001")
     assert migrate.current_revision(empty_engine) == "0001"
-    later = {
-        "geneva_drive_operator_actions",
-        "geneva_drive_schedules",
-    } | LIMIT_TABLES | {"geneva_drive_fair_keys"}  # 0005, 0011, 0013, 0014
+    later = (
+        {
+            "geneva_drive_operator_actions",
+            "geneva_drive_schedules",
+        }
+        | LIMIT_TABLES
+        | {"geneva_drive_fair_keys"}
+    )  # 0005, 0011, 0013, 0014
     assert _tables(empty_engine) >= OUR_TABLES - later
 
 

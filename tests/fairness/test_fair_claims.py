@@ -41,7 +41,7 @@ def _burst_then_two(gd: Any, session: Session, cls: type[Any]) -> tuple[list[int
 def _claim_order(gd: Any, scope: ClaimScope, limit: int = 100) -> list[int]:
     """The workflow of each claim, claim after claim (each started and left in progress),
     the clock a millisecond on after each."""
-    order = []
+    order: list[int] = []
     while len(order) < limit:
         with session_factory(gd)() as session:
             started = phase1(session, OPTIONS, gd, scope=scope)
@@ -91,7 +91,7 @@ def test_a_claim_without_fair_classes_never_reads_the_fair_keys(gd, session):
 
 
 def test_each_key_is_stamped_when_served_and_its_executions_carry_it(gd, session):
-    a, b = _burst_then_two(gd, session, FairCharge)
+    _burst_then_two(gd, session, FairCharge)
     rows = session.scalars(select(StepExecution).order_by(StepExecution.id)).all()
     assert [r.fair_key for r in rows] == ["a.example"] * 8 + ["b.example"] * 2
     assert {k.key for k in session.scalars(select(FairKey))} == {"", "a.example", "b.example"}

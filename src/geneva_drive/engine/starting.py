@@ -45,8 +45,8 @@ from geneva_drive.engine.wakeups import enqueue_after_commit, note_woken, wake_f
 from geneva_drive.storage import queries, serialization
 from geneva_drive.storage.heroes import checked_hero_type, hero_type_of
 from geneva_drive.storage.limits import MAX_HERO_ID, MAX_HERO_TYPE
-from geneva_drive.storage.queries.fairness import register_keys
 from geneva_drive.storage.queries.bypass import as_inserted, connection_of, remember_workflow_lock
+from geneva_drive.storage.queries.fairness import register_keys
 from geneva_drive.storage.queries.starting import Hero, execution_row, starter_for, workflow_row
 from geneva_drive.storage.queries.starting import ongoing_heroes as _ongoing_heroes
 

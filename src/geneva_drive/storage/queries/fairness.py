@@ -136,7 +136,7 @@ def _lock_least_recently_served(
     candidates = session.scalars(_keys_stmt(queued=queued, shape=scope.shape, locked=False), params)
     for key in list(candidates):
         if session.execute(_lock_key_stmt(), {"key": key}).first() is not None:
-            return key
+            return str(key)
     return None
 
 
