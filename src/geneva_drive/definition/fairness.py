@@ -37,8 +37,9 @@ def fairness_key_of(cls: type[Workflow]) -> Callable[[Any], Any] | None:
     return found
 
 
-def fair_key(cls: type[Workflow], workflow: Workflow, hero: Any) -> str | None:
-    """The stored key of ``workflow`` (not yet inserted: ``hero`` names it in errors).
+def fair_key(cls: type[Workflow], workflow: Workflow, whose: str) -> str | None:
+    """The stored key of ``workflow`` (not yet inserted: ``whose`` names it in errors, e.g.
+    ``hero Account 'x'``).
 
     Runs the application's callable: an error there, or a value that is no key, is a
     ``StepConfigurationError`` naming the class and the hero, raised before anything is
@@ -51,8 +52,8 @@ def fair_key(cls: type[Workflow], workflow: Workflow, hero: Any) -> str | None:
         value = settle(key(workflow))
     except Exception as error:
         raise StepConfigurationError(
-            f"{cls.__name__}.fairness_key raised {type(error).__name__}: {error} (hero "
-            f"{hero!r:.80}); make it return a str or int for every workflow of the class, or "
+            f"{cls.__name__}.fairness_key raised {type(error).__name__}: {error} (for the "
+            f"{whose}); make it return a str or int for every workflow of the class, or "
             "None for one that takes no part in the rotation"
         ) from error
     if value is None:
@@ -64,7 +65,7 @@ def fair_key(cls: type[Workflow], workflow: Workflow, hero: Any) -> str | None:
         or len(str(value)) > MAX_FAIR_KEY_LENGTH
     ):
         raise StepConfigurationError(
-            f"{cls.__name__}.fairness_key returned {value!r:.80} (hero {hero!r:.80}); it must "
+            f"{cls.__name__}.fairness_key returned {value!r:.80} (for the {whose}); it must "
             f"return a non-empty str of at most {MAX_FAIR_KEY_LENGTH} characters, an int, or "
             "None"
         )
@@ -88,4 +89,5 @@ def key_before_start(
     workflow.hero_type, workflow.hero_id = hero_type, hero_id
     if hero is not None:
         workflow.__dict__["_gd_hero"] = hero
-    return fair_key(cls, workflow, hero)
+    whose = "workflow without a hero" if hero_id is None else f"hero {hero_type} {hero_id!r}"
+    return fair_key(cls, workflow, whose)
