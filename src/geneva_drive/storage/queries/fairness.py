@@ -5,7 +5,8 @@ A class with ``fairness_key`` stores each workflow's key on it and on each of it
 claim last served it (a new key: never, :data:`NEVER`). So does the *ordinary order*
 (:data:`ORDINARY`, the key ``''``): its turn is the worker's ordinary claim, which serves
 the rows without a key (and any row, in its usual order), so a burst of keyed workflows does
-not hold them back more than one turn per rotation.
+not hold them back more than one turn per rotation. When that turn takes a keyed row, the
+row's key is stamped served too, so keys share the claims evenly.
 
 A worker that has loaded a class with a key claims with :func:`claim_fairly`:
 
@@ -116,10 +117,23 @@ def claim_fairly(session: Session, now: datetime, scope: ClaimScope) -> tuple[in
         if claimed is not None:
             # The row this claim locked: no wait. Written only when the key was served.
             session.execute(_stamp_stmt(), {"served_key": key, "served_now": now})
+            if key == ORDINARY:
+                _stamp_key_of(session, claimed[0], now)
             return claimed
         if key == ORDINARY:
             return None  # the ordinary claim takes any row: none is claimable
     return claim_due_execution(session, now, scope)
+
+
+def _stamp_key_of(session: Session, execution_id: int, now: datetime) -> None:
+    """The ordinary order's turn served a keyed row: its key was served too, so that the
+    turns of a key with the oldest rows do not come twice a round. Only if no other claim
+    holds the key's row (``SKIP LOCKED``; that claim is serving it now): never a wait."""
+    key = session.execute(_key_of_stmt(), {"execution_id": execution_id}).scalar()
+    if key is None:
+        return
+    if session.execute(_lock_key_stmt(), {"key": key}).first() is not None:
+        session.execute(_stamp_stmt(), {"served_key": key, "served_now": now})
 
 
 def _lock_least_recently_served(
@@ -206,6 +220,11 @@ def _lock_key_stmt() -> Any:
     return (
         select(keys.c.key).where(keys.c.key == bindparam("key")).with_for_update(skip_locked=True)
     )
+
+
+@functools.cache
+def _key_of_stmt() -> Any:
+    return select(StepExecution.fair_key).where(StepExecution.id == bindparam("execution_id"))
 
 
 @functools.cache
