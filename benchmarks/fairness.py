@@ -3,7 +3,7 @@ latency with and without a fairness key, and what the key costs in no-op steps/s
 
     .venv/bin/python benchmarks/fairness.py --a 20000 --b 10 --rounds 3
 
-Each variant gets a fresh PostgreSQL database seeded with A's workflows (``gd_app``'s
+Each variant gets a fresh PostgreSQL database seeded with A's workflows (``gd_fair_app``'s
 ``BenchPlainOne``, or ``BenchFairOne``, keyed by tenant), then one ``geneva-drive worker``
 process drains them. Once it has finished ``--b-after`` of them, B's 10 are created, and
 their latency is each one's step start − B's creation (the rows' own clock). Throughput:
@@ -24,18 +24,18 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _gd
-import gd_app
+import gd_fair_app
 from _common import emit, log, machine, start_postgres, wait_for
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
-VARIANTS = {"no key": gd_app.BenchPlainOne, "fairness_key": gd_app.BenchFairOne}
+VARIANTS = {"no key": gd_fair_app.BenchPlainOne, "fairness_key": gd_fair_app.BenchFairOne}
 
 
 def _create(config, cls: type, tenant: str, count: int) -> datetime:  # type: ignore[no-untyped-def]
     """``count`` workflows of ``tenant``, 1,000 per create_many(); when the last commit began
     (the rows are visible to the worker from its end)."""
-    token = gd_app.TENANT.set(tenant)
+    token = gd_fair_app.TENANT.set(tenant)
     try:
         made = 0
         while made < count:
@@ -47,7 +47,7 @@ def _create(config, cls: type, tenant: str, count: int) -> datetime:  # type: ig
             made += n
         return committing
     finally:
-        gd_app.TENANT.reset(token)
+        gd_fair_app.TENANT.reset(token)
 
 
 def one_variant(server, name: str, args: argparse.Namespace) -> dict:  # type: ignore[no-untyped-def]
@@ -55,7 +55,7 @@ def one_variant(server, name: str, args: argparse.Namespace) -> dict:  # type: i
     database, url = server.create_database("fair")
     engine, config = _gd.prepare(url)
     _create(config, cls, "a", args.a)
-    procs, t0 = _gd.start_worker_processes(url, 1, args.concurrency)
+    procs, t0 = _gd.start_worker_processes(url, 1, args.concurrency, app="gd_fair_app")
     started = time.time() - (time.perf_counter() - t0)
     try:
         wait_for(lambda: _gd.finished_count(engine) >= args.b_after, 300, what="A's head")

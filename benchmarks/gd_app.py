@@ -11,7 +11,6 @@ import json
 import os
 import time
 from collections.abc import Callable
-from contextvars import ContextVar
 from datetime import timedelta
 from typing import Any
 
@@ -108,28 +107,6 @@ class BenchLimit8(BenchThreeSteps):
 
 class BenchLimit1(BenchThreeSteps):
     concurrency = ConcurrencyLimit(1)
-
-
-# fairness.py: one no-op step, without and with a fairness key. The key is the tenant the
-# creating code sets in TENANT (the callable runs in create(), in the caller's context).
-TENANT: ContextVar[str] = ContextVar("TENANT", default="a")
-
-
-class BenchPlainOne(Workflow):
-    may_proceed_without_hero = True
-
-    @step
-    def one(self) -> None:
-        pass
-
-
-class BenchFairOne(Workflow):
-    may_proceed_without_hero = True
-    fairness_key = lambda wf: TENANT.get()  # noqa: E731
-
-    @step
-    def one(self) -> None:
-        pass
 
 
 class BenchWaited(Workflow):

@@ -18,7 +18,8 @@ A worker that has loaded a class with a key claims with :func:`claim_fairly`:
 
 A key whose due rows this worker cannot claim (other workers hold them at this moment;
 paused workflows; classes it has not loaded) gives nothing; the next key is tried, up to
-:data:`KEYS_PER_CLAIM`, then the ordinary claim.
+:data:`KEYS_PER_CLAIM`. When every key with due rows is locked by other claims (more step
+threads than keys), the keys are served in the same order without their locks or stamps.
 
 **The bound.** A key that gets a due row either is new (never served: it sorts first) or
 was last served before every key served since. Each key that sorts before it is served at
@@ -132,7 +133,19 @@ def claim_fairly(session: Session, now: datetime, scope: ClaimScope) -> tuple[in
             return claimed
         if key == ORDINARY:
             return None  # the ordinary claim takes any row: none is claimable
-    return claim_due_execution(session, now, scope)
+    # Every key left is being served by another claim at this moment (its row locked). With
+    # more step threads than keys, that is most claims: they serve the keys anyway, in the
+    # same order, without the lock and the stamp — not the ordinary order, which would hand
+    # the burst every claim but one per key and transaction.
+    params = {**_params(now, scope), "tried": tried}
+    unlocked = session.scalars(_keys_stmt(queued=bool(scope.queues), locked=False), params)
+    for key in list(unlocked):
+        if key == ORDINARY:
+            return claim_due_execution(session, now, scope)
+        claimed = _claim_of_key(session, now, scope, str(key))
+        if claimed is not None:
+            return claimed
+    return None if ORDINARY in tried else claim_due_execution(session, now, scope)
 
 
 def _stamp_key_of(session: Session, execution_id: int, now: datetime) -> None:
