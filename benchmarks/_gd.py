@@ -159,7 +159,7 @@ def run_in_process(
     return Run(started, seconds, polls)
 
 
-def worker_command(url: str, concurrency: int | None) -> list[str]:
+def worker_command(url: str, concurrency: int | None, app: str = "gd_app") -> list[str]:
     argv = [
         sys.executable,
         "-m",
@@ -168,7 +168,7 @@ def worker_command(url: str, concurrency: int | None) -> list[str]:
         "--database-url",
         url,
         "--app",
-        "gd_app",
+        app,
         "--poll-interval",
         "1.0",
     ]
@@ -178,7 +178,7 @@ def worker_command(url: str, concurrency: int | None) -> list[str]:
 
 
 def start_worker_processes(
-    url: str, count: int, concurrency: int | None
+    url: str, count: int, concurrency: int | None, app: str = "gd_app"
 ) -> tuple[list[subprocess.Popen], float]:
     """Start ``count`` ``geneva-drive worker`` processes and wait until each has started.
 
@@ -191,7 +191,7 @@ def start_worker_processes(
     procs = []
     for _ in range(count):
         proc = subprocess.Popen(
-            worker_command(url, concurrency),
+            worker_command(url, concurrency, app),
             cwd=BENCH_DIR,
             env=env,
             stderr=subprocess.PIPE,

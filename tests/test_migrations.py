@@ -40,6 +40,7 @@ LIMIT_TABLES = {
     "geneva_drive_rate_starts",
 }
 OUR_TABLES |= LIMIT_TABLES
+OUR_TABLES |= {"geneva_drive_fair_keys"}  # fair claims (migration 0015)
 
 
 def _head() -> str:
@@ -194,6 +195,7 @@ def test_migrated_schema_reflects_identically_to_create_all(empty_engine: sa.Eng
         "ix_geneva_drive_step_executions_waiting",
         "ix_geneva_drive_step_executions_awaiting",
         "ix_geneva_drive_step_executions_failed",
+        "ix_geneva_drive_step_executions_fair",  # scheduled rows that have a key (0015)
         # Only the rows that have a value (0006).
         "ix_geneva_drive_step_executions_finished_at",
         "ix_geneva_drive_step_executions_continues_from_id",
@@ -411,10 +413,14 @@ def test_downgrade_to_base_removes_our_tables(empty_engine: sa.Engine):
 def test_upgrade_to_an_explicit_revision(empty_engine: sa.Engine):
     migrate.upgrade(empty_engine, "0001")
     assert migrate.current_revision(empty_engine) == "0001"
-    later = {
-        "geneva_drive_operator_actions",
-        "geneva_drive_schedules",
-    } | LIMIT_TABLES  # 0005, 0011, 0013
+    later = (
+        {
+            "geneva_drive_operator_actions",
+            "geneva_drive_schedules",
+        }
+        | LIMIT_TABLES
+        | {"geneva_drive_fair_keys"}
+    )  # 0005, 0011, 0013, 0015
     assert _tables(empty_engine) >= OUR_TABLES - later
 
 

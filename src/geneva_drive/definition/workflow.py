@@ -38,6 +38,7 @@ from geneva_drive.definition.callables import (
     is_coroutine_function,
     signature_problem,
 )
+from geneva_drive.definition.fairness import check_fairness_key
 from geneva_drive.definition.flow import Action, FlowControl
 from geneva_drive.definition.job_options import checked_step_job_options, job_option_problem
 from geneva_drive.definition.limits import ConcurrencyLimit, StepLimits, check_limit
@@ -128,6 +129,9 @@ class Workflow(WorkflowColumns, Base):
     _children_timeout: ClassVar[timedelta | None] = None
     # At most n steps of the class with the same key in progress at once (definition.limits).
     concurrency: ClassVar[ConcurrencyLimit | None] = None
+    # Claims rotate among the keys' workflows (definition.fairness): a callable of the
+    # workflow returning a str or int (None: no key), run once by create().
+    fairness_key: ClassVar[Callable[[Any], Any] | None] = None
 
     # Gathered per class by __init_subclass__.
     steps: ClassVar[StepCollection] = StepCollection([])
@@ -763,6 +767,7 @@ def _register_dsl(cls: type[Workflow]) -> None:
     _register_job_options(cls, parent, definitions)
     cls._children_timeout = _children_timeout(cls)
     _register_limits(cls, definitions)
+    check_fairness_key(cls)
     _check_hooks(cls)
     cls._schedule = _own_schedule(cls)
 

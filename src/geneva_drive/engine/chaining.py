@@ -234,7 +234,8 @@ def hand_over(
     ``queries.handover``): a claim with every window costs the server 13 % more per step on
     a backlog, where the first rows always do.
     """
-    if not (completer.hands_over and scope.loaded_only):
+    if not (completer.hands_over and scope.loaded_only) or scope.fair:
+        # A fair worker's claims take the least recently served key: claim_next's claim.
         return None
     if options.should_exit is not None and options.should_exit():
         return None

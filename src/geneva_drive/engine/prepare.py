@@ -27,6 +27,7 @@ from geneva_drive.engine.run_options import RunOptions
 from geneva_drive.engine.step_errors import STEP_ERRORS, error_plan
 from geneva_drive.storage import queries
 from geneva_drive.storage.models import StepExecution
+from geneva_drive.storage.queries import fairness
 from geneva_drive.storage.queries.bypass import connection_of
 from geneva_drive.storage.queries.claims import EVERY_CLASS_ANY_QUEUE, ClaimScope
 
@@ -147,7 +148,9 @@ def claim(
     session: Session, config: Settings, scope: ClaimScope, claim_id: int | None
 ) -> tuple[int, int] | None:
     now = config.clock.now()
-    if claim_id is None:
+    if claim_id is None and scope.fair:
+        claimed = fairness.claim_fairly(session, now, scope)
+    elif claim_id is None:
         claimed = queries.claim_due_execution(session, now, scope)
     else:
         claimed = queries.claim_execution(session, claim_id, now, scope)

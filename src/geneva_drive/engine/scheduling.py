@@ -86,6 +86,8 @@ def execution_values(
         "cursor": cursor,
         "signal_id": signal_id,
         "created_at": now,
+        # The workflow's fairness key, computed by create() (queries.fairness).
+        "fair_key": workflow.fair_key,
         **(started or {}),
     }
 

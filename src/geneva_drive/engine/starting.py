@@ -40,6 +40,7 @@ from geneva_drive.core.errors import (
 from geneva_drive.core.ports import EnqueuedStep
 from geneva_drive.core.settings import settings_of
 from geneva_drive.core.states import ExecutionState, WorkflowState
+from geneva_drive.definition.fairness import is_fair, key_before_start
 from geneva_drive.definition.job_options import checked_step_job_options
 from geneva_drive.definition.ports import StartResult
 from geneva_drive.definition.workflow import Workflow, check_job_options
@@ -50,6 +51,7 @@ from geneva_drive.storage import queries, serialization
 from geneva_drive.storage.heroes import checked_hero_type, hero_type_of
 from geneva_drive.storage.limits import MAX_HERO_ID, MAX_HERO_TYPE
 from geneva_drive.storage.queries.bypass import as_inserted, connection_of, remember_workflow_lock
+from geneva_drive.storage.queries.fairness import register_keys
 from geneva_drive.storage.queries.starting import (
     Hero,
     Started,
@@ -168,6 +170,11 @@ def create(
     hero_type, hero_id = hero_key(cls, session, hero)
     start, now = _planned(cls, session, allow_multiple, step_job_options)
     row = {**start.workflow, "hero_type": hero_type, "hero_id": hero_id, "input_json": encoded}
+    key = key_before_start(cls, hero, hero_type, hero_id)
+    if key is not None:  # stored on the workflow and its executions (queries.fairness)
+        register_keys(session, [key])
+        row["fair_key"] = key
+        start = replace(start, first={**start.first, "fair_key": key} if start.first else None)
     if scheduled_tick is not None:
         row["scheduled_tick"] = scheduled_tick
     if parent is not None:
@@ -331,11 +338,46 @@ def create_many(
     if raise_on_conflict and repeated:
         raise _conflict_error(cls, (repeated[0][0], None))
     if not raise_on_conflict:
-        return _start_all(session, start, unique, repeated, allow_multiple)
+        return _start_keyed(cls, session, start, unique, repeated, allow_multiple)
     with session.begin_nested():  # all or nothing: a conflict undoes every row of the call
-        result = _start_all(session, start, unique, repeated, allow_multiple)
+        result = _start_keyed(cls, session, start, unique, repeated, allow_multiple)
         if result.conflicts:
             raise _conflict_error(cls, result.conflicts[0])
+    return result
+
+
+def _start_keyed(
+    cls: type[Workflow],
+    session: Session,
+    start: Start,
+    unique: list[tuple[Any, Hero]],
+    repeated: list[tuple[Any, Hero]],
+    allow_multiple: bool,
+) -> StartResult:
+    """:func:`_start_all`, per fairness key of the heroes when ``cls`` has one: every key is
+    computed (and checked) before anything is written; the rows of one key share their
+    values, so each key's heroes start together."""
+    if not is_fair(cls):
+        return _start_all(session, start, unique, repeated, allow_multiple)
+    groups: dict[str | None, list[tuple[Any, Hero]]] = {}
+    for hero, stored in unique:
+        key = key_before_start(cls, hero, *stored)
+        groups.setdefault(key, []).append((hero, stored))
+    register_keys(session, [key for key in groups if key is not None])
+    order = {id(hero): i for i, (hero, _) in enumerate(unique)}
+    result = StartResult(conflicts=[(hero, None) for hero, _ in repeated])
+    for key, members in groups.items():
+        assert start.first is not None
+        keyed = replace(
+            start,
+            workflow={**start.workflow, "fair_key": key},
+            first={**start.first, "fair_key": key},
+        )
+        part = _start_all(session, keyed, members, [], allow_multiple)
+        result.created += part.created
+        result.conflicts += part.conflicts
+    if len(groups) > 1:  # back in the order given
+        result.created.sort(key=lambda created: order.get(id(created[0]), 0))
     return result
 
 

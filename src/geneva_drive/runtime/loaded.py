@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from sqlalchemy.orm import Session
 
 from geneva_drive.core.errors import GenevaDriveError
+from geneva_drive.definition.fairness import is_fair
 from geneva_drive.definition.workflow import Workflow
 from geneva_drive.storage.heroes import loaded_hero_types
 from geneva_drive.storage.queries.claims import ClaimScope, unclaimable_counts
@@ -43,6 +44,7 @@ def claim_scope(queues: Sequence[str] | None) -> ClaimScope:
         workflow_types=tuple(loaded_workflow_types()),
         hero_types=tuple(loaded_hero_types()),
         loaded_only=True,
+        fair=any(is_fair(m.class_) for m in list(Workflow.__mapper__.self_and_descendants)),
     )
 
 

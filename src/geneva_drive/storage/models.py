@@ -387,6 +387,9 @@ workflows_table = Table(
     # The value passed as create(input=...), typed JSON, read as ``self.input`` (migration
     # 0014 added it at the end of the table).
     Column("input", Json),
+    # Fair claims (migration 0015): the class's ``fairness_key`` of this workflow, computed
+    # once by create(); each of its executions carries a copy (``StepExecution.fair_key``).
+    Column("fair_key", String(255)),
     *_workflow_indexes(),
 )
 
@@ -418,6 +421,7 @@ class WorkflowColumns:
     children_failed: Mapped[int]
     # Mapped as ``input_json`` by ``Workflow`` (read it as ``self.input``).
     input_json: Mapped[Any | None]
+    fair_key: Mapped[str | None]
 
 
 if TYPE_CHECKING:
@@ -469,6 +473,9 @@ class StepExecution(Timestamps, Base):
     # What the step's body returned, typed JSON, on its successful execution only
     # (``Workflow.result_of``). Migration 0014.
     result_json: Mapped[Any | None] = mapped_column("result", Json, sort_order=11)
+    # Its workflow's fairness key (migration 0015, at the end of the table): a fair claim
+    # takes the oldest due row of the key served least recently (``queries.fairness``).
+    fair_key: Mapped[str | None] = mapped_column(String(255), sort_order=12)
 
     __table_args__ = (
         # Not (workflow_id), (state) nor (scheduled_for), which the gem has: wider or partial
@@ -514,6 +521,14 @@ class StepExecution(Timestamps, Base):
             "priority",
             "scheduled_for",
             state="scheduled",
+        ),
+        # The fair claim: a key's due rows in claim order (``queries.fairness``). Only rows
+        # that have a key, on PostgreSQL and SQLite: no other execution writes to it.
+        *_where_index(
+            "ix_geneva_drive_step_executions_fair",
+            ("fair_key", "priority", "scheduled_for"),
+            "state = 'scheduled' AND fair_key IS NOT NULL",
+            ("fair_key", "state", "priority", "scheduled_for"),
         ),
         # Expired leases; and housekeeping's stuck in-progress sweep, which sorts what it reads
         # here by started_at: every in-progress row is here, and there are only as many as
@@ -755,3 +770,20 @@ class RateStart(Base):
     execution_id: Mapped[int] = mapped_column(Id)
 
     __table_args__ = (Index("ix_geneva_drive_rate_starts_key", "key", "started_at"),)
+
+
+# -- fair claims (``storage.queries.fairness``) ---------------------------------------------
+
+FAIR_KEYS = "geneva_drive_fair_keys"
+
+
+class FairKey(Base):
+    """One row per fairness key ever used (and ``''``, the turn of the ordinary order): when
+    a fair claim last served it. The fair claim takes the key served least recently."""
+
+    __tablename__ = FAIR_KEYS
+
+    key: Mapped[str] = mapped_column(String(255), primary_key=True)
+    served_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+    __table_args__ = (Index("ix_geneva_drive_fair_keys_served", "served_at", "key"),)

@@ -54,12 +54,16 @@ class ClaimScope:
     class it has not loaded would fail on it (a hero it cannot load pauses the workflow, a
     vanished hero-less class is canceled), and is left scheduled for a worker that has the
     code. Without it, rows of every class (a runner handed one execution by id, tests).
+
+    ``fair``: some class it serves has a ``fairness_key``; its claims then rotate among the
+    keys (``queries.fairness``). Without one, the claim is the ordinary one, unchanged.
     """
 
     queues: tuple[str, ...] = ()
     workflow_types: tuple[str, ...] = ()
     hero_types: tuple[str, ...] = ()
     loaded_only: bool = False
+    fair: bool = False
 
     @classmethod
     def on_queues(cls, queues: Sequence[str] | None) -> ClaimScope:
@@ -242,10 +246,11 @@ EVERY_WINDOW: tuple[int | None, ...] = (*CLAIM_WINDOWS, None)
 
 
 @functools.lru_cache(maxsize=16)
-def _scheduled_rows(*, queued: bool, due: bool, size: int | None) -> Any:
+def _scheduled_rows(*, queued: bool, due: bool, size: int | None, keyed: bool = False) -> Any:
     """Scheduled executions (id, workflow, due time) in the order of a partial index: the due
     ones in claim order (``due``), or every one by due time; the first ``size`` of them (a
-    CTE), or all of them (``None``, a subquery)."""
+    CTE), or all of them (``None``, a subquery). ``keyed``: only those of one fairness key
+    (``fair_key``, the fair claim's: ``queries.fairness``)."""
     executions: Any = StepExecution.__table__
     stmt = select(executions.c.id, executions.c.workflow_id, executions.c.scheduled_for).where(
         in_state(executions.c.state, ExecutionState.SCHEDULED)
@@ -253,11 +258,21 @@ def _scheduled_rows(*, queued: bool, due: bool, size: int | None) -> Any:
     if due:
         now = bindparam("now", type_=executions.c.scheduled_for.type)
         stmt = stmt.where(executions.c.scheduled_for <= _unseen_by_the_planner(now))
+        if keyed:
+            # The key first: only the key's index gives that order, so the generic plan
+            # cannot take the due rows' index instead and read past other keys' rows (it did,
+            # its costs being alike for an average key). See the condition below.
+            stmt = stmt.order_by(executions.c.fair_key)
         stmt = stmt.order_by(executions.c.priority, executions.c.scheduled_for)
     else:
         stmt = stmt.order_by(executions.c.scheduled_for)
     if queued:
         stmt = stmt.where(executions.c.queue.in_(bindparam("queues", expanding=True)))
+    if keyed:
+        # "key <= k AND key >= k", not "key = k": an equality would make the key a constant
+        # to the planner, and drop it from the ORDER BY above.
+        key = bindparam("fair_key", type_=String)
+        stmt = stmt.where(executions.c.fair_key >= key, executions.c.fair_key <= key)
     name = "due" if due else "scheduled"
     if size is None:
         return stmt.subquery(f"{name}_rows")
@@ -291,9 +306,10 @@ def first_in_order(
     queued: bool,
     due: bool,
     windows: tuple[int | None, ...] = EVERY_WINDOW,
+    keyed: bool = False,
 ) -> Any:
     """The first row that ``of_row`` gives for a scheduled execution, the executions taken
-    in the order of :func:`_scheduled_rows` (``queued``, ``due``). PostgreSQL.
+    in the order of :func:`_scheduled_rows` (``queued``, ``due``, ``keyed``). PostgreSQL.
 
     ``of_row(rows)`` is the query of one row of ``rows`` (it names their ``id``,
     ``workflow_id`` or ``scheduled_for``): the claim of that execution (``_claim_stmt(row=…)``
@@ -330,7 +346,7 @@ def first_in_order(
     branches: list[Any] = []
     not_before: list[Any] = []
     for size in windows:
-        rows = _scheduled_rows(queued=queued, due=due, size=size)
+        rows = _scheduled_rows(queued=queued, due=due, size=size, keyed=keyed)
         name = f"first_of_{size or 'all'}"
         found = _first_of(rows, of_row(rows), f"tried_{size or 'all'}")
         found = found.cte(name) if size is not None else found.subquery(name)

@@ -1,0 +1,297 @@
+"""Fair claims: a worker's claim takes the due row of the key served least recently.
+
+A class with ``fairness_key`` stores each workflow's key on it and on each of its executions
+(``fair_key``), and every key has a row in ``geneva_drive_fair_keys`` saying when a fair
+claim last served it (a new key: never, :data:`NEVER`). So does the *ordinary order*
+(:data:`ORDINARY`, the key ``''``): its turn is the worker's ordinary claim, which serves
+the rows without a key (and any row, in its usual order), so a burst of keyed workflows does
+not hold them back more than one turn per rotation. When that turn takes a keyed row, the
+row's key is stamped served too, so keys share the claims evenly.
+
+A worker that has loaded a class with a key claims with :func:`claim_fairly`:
+
+1. the key served least recently that has a due row (the ordinary order: always), its row
+   locked ``FOR UPDATE SKIP LOCKED``;
+2. the key is stamped served now, in the claim's transaction;
+3. its oldest due row is claimed as the ordinary claim claims one (same conditions and
+   order, same ``SKIP LOCKED``), through ``ix_geneva_drive_step_executions_fair``.
+
+A key whose due rows this worker cannot claim (other workers hold them at this moment;
+paused workflows; classes it has not loaded) gives nothing; the next key is tried, up to
+:data:`KEYS_PER_CLAIM`. When every key with due rows is locked by other claims (more step
+threads than keys), the keys are served in the same order without their locks or stamps.
+
+**The bound.** A key that gets a due row either is new (never served: it sorts first) or
+was last served before every key served since. Each key that sorts before it is served at
+most once before it (being served stamps it after it), so a key's first due step waits for
+at most one claim per other key with due rows, plus the ordinary order's turn, plus the
+claims already in progress on other workers. B's first step behind A's 20,000: two claims.
+
+**Locks.** The key row lock is why two workers do not serve the same key at once: the second
+skips it (``SKIP LOCKED``) and serves the next key, so concurrent claims spread over the keys
+as one worker's successive claims do. It is taken before the claim's workflow and execution
+locks, which are ``SKIP LOCKED`` too, and held to the claim's commit; the stamp writes only
+that locked row. Nothing else locks a key row: a start inserts a new key's row (a plain read
+first, so an existing row, perhaps locked, is never waited for). So a claim never waits.
+MySQL/MariaDB read the candidate keys without locks, then lock them one by one by primary
+key, as their ordinary claim does: a locking read there would lock the rows its ``EXISTS``
+read too. SQLite renders no ``FOR UPDATE``: the claim's ``BEGIN IMMEDIATE`` already holds the
+one write lock.
+
+Workflows of classes without a key never reach this module: a worker that has loaded none
+claims with the ordinary statements, unchanged (``ClaimScope.fair``).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    Integer,
+    String,
+    bindparam,
+    exists,
+    insert,
+    literal_column,
+    or_,
+    select,
+    update,
+)
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from geneva_drive.core.states import ExecutionState
+from geneva_drive.storage.dialects import dialect_of
+from geneva_drive.storage.models import FairKey, StepExecution
+from geneva_drive.storage.queries._sql import in_state
+from geneva_drive.storage.queries.claims import (
+    ClaimScope,
+    Shape,
+    _claim_locked,
+    _claim_stmt,
+    _core_claim,
+    _mysql_lock_first_claimable,
+    claim_due_execution,
+    first_in_order,
+)
+
+# The ordinary order's key: its turn is the ordinary claim. A fairness key is never empty.
+ORDINARY = ""
+# When a key that no fair claim has served yet was served: before any that was.
+NEVER = datetime(1970, 1, 1, tzinfo=UTC)
+# How many keys one claim tries (each other worker may hold one) before the ordinary claim.
+KEYS_PER_CLAIM = 8
+
+
+def register_keys(session: Session, keys: Sequence[str]) -> None:
+    """Give each of ``keys`` (and the ordinary order) a row, never served, if it has none.
+
+    A plain read first: an existing row is left alone, never waited for (a claim may hold
+    it). A new one is inserted, skipping one a concurrent start inserted first (it waits for
+    that start's commit). MySQL/MariaDB have no ``ON CONFLICT``: one row per savepoint.
+    """
+    table: Any = FairKey.__table__
+    wanted = sorted({*keys, ORDINARY})
+    found = set(session.scalars(select(table.c.key).where(table.c.key.in_(wanted))))
+    missing = [{"key": key, "served_at": NEVER} for key in wanted if key not in found]
+    if not missing:
+        return
+    dialect = dialect_of(session)
+    if dialect.skips_conflicting_inserts:
+        session.execute(dialect.insert_skipping_conflicts(table), missing)
+        return
+    for row in missing:
+        try:
+            with session.begin_nested():
+                session.execute(insert(table).values(row))
+        except IntegrityError:
+            pass  # inserted by another start meanwhile
+
+
+def claim_fairly(session: Session, now: datetime, scope: ClaimScope) -> tuple[int, int] | None:
+    """Claim as :func:`claims.claim_due_execution` does, the key served least recently first
+    (see the module docstring). (execution id, workflow id), or None: nothing is due."""
+    tried: list[str] = []
+    for _ in range(KEYS_PER_CLAIM):
+        key = _lock_least_recently_served(session, now, scope, tried)
+        if key is None:
+            break
+        tried.append(key)
+        claimed = (
+            claim_due_execution(session, now, scope)
+            if key == ORDINARY
+            else _claim_of_key(session, now, scope, key)
+        )
+        if claimed is not None:
+            # The row this claim locked: no wait. Written only when the key was served.
+            session.execute(_stamp_stmt(), {"served_key": key, "served_now": now})
+            if key == ORDINARY:
+                _stamp_key_of(session, claimed[0], now)
+            return claimed
+        if key == ORDINARY:
+            return None  # the ordinary claim takes any row: none is claimable
+    # Every key left is being served by another claim at this moment (its row locked). With
+    # more step threads than keys, that is most claims: they serve the keys anyway, in the
+    # same order, without the lock and the stamp — not the ordinary order, which would hand
+    # the burst every claim but one per key and transaction.
+    params = {**_params(now, scope), "tried": tried}
+    unlocked = session.scalars(_keys_stmt(queued=bool(scope.queues), locked=False), params)
+    for key in list(unlocked):
+        if key == ORDINARY:
+            return claim_due_execution(session, now, scope)
+        claimed = _claim_of_key(session, now, scope, str(key))
+        if claimed is not None:
+            return claimed
+    return None if ORDINARY in tried else claim_due_execution(session, now, scope)
+
+
+def _stamp_key_of(session: Session, execution_id: int, now: datetime) -> None:
+    """The ordinary order's turn served a keyed row: its key was served too, so that the
+    turns of a key with the oldest rows do not come twice a round. Only if no other claim
+    holds the key's row (``SKIP LOCKED``; that claim is serving it now): never a wait."""
+    key = session.execute(_key_of_stmt(), {"execution_id": execution_id}).scalar()
+    if key is None:
+        return
+    if session.execute(_lock_key_stmt(), {"key": key}).first() is not None:
+        session.execute(_stamp_stmt(), {"served_key": key, "served_now": now})
+
+
+def _lock_least_recently_served(
+    session: Session, now: datetime, scope: ClaimScope, tried: list[str]
+) -> str | None:
+    params = _params(now, scope)
+    params["tried"] = tried
+    queued = bool(scope.queues)
+    if not dialect_of(session).claims_candidates_then_locks:
+        stmt = _keys_stmt(queued=queued, locked=True)
+        found: str | None = session.execute(stmt, params).scalar_one_or_none()
+        return found
+    # MySQL/MariaDB: the candidates without locks, then each key's row alone (see module doc).
+    candidates = session.scalars(_keys_stmt(queued=queued, locked=False), params)
+    for key in list(candidates):
+        if session.execute(_lock_key_stmt(), {"key": key}).first() is not None:
+            return str(key)
+    return None
+
+
+def _claim_of_key(
+    session: Session, now: datetime, scope: ClaimScope, key: str
+) -> tuple[int, int] | None:
+    params = _params(now, scope)
+    params["fair_key"] = key
+    queued = bool(scope.queues)
+    dialect = dialect_of(session)
+    if dialect.windowed_claim:
+        return _claim_locked(session, _windowed_key_claim(queued, scope.shape), params)
+    if dialect.claims_candidates_then_locks:
+        stmt = _key_claim_stmt(queued=queued, shape=scope.shape, candidates_first=True)
+        candidates = session.execute(stmt, params).all()
+        return _mysql_lock_first_claimable(session, candidates, now, scope.queues)
+    stmt = _key_claim_stmt(queued=queued, shape=scope.shape, candidates_first=False)
+    return _claim_locked(session, _core_claim(stmt), params)
+
+
+def _params(now: datetime, scope: ClaimScope) -> dict[str, Any]:
+    params: dict[str, Any] = {"now": now, **scope.params}
+    if scope.queues:
+        params["queues"] = list(scope.queues)
+    return params
+
+
+@functools.lru_cache(maxsize=16)
+def _key_claim_stmt(*, queued: bool, shape: Shape, candidates_first: bool) -> Any:
+    """The ordinary claim (``claims._claim_stmt``) of the rows of one key (``fair_key``).
+
+    MySQL/MariaDB: the key and the state equal, the rest in the index's order. SQLite: the
+    key as a range and first in the ORDER BY, for the reason given at
+    ``claims._scheduled_rows`` (with ``key = k`` SQLite read the due rows' index, past the
+    other keys' rows).
+    """
+    stmt = _claim_stmt(by_id=False, queued=queued, candidates_first=candidates_first, shape=shape)
+    key = bindparam("fair_key", type_=String)
+    if candidates_first:
+        return stmt.where(StepExecution.fair_key == key)
+    return (
+        stmt.where(StepExecution.fair_key >= key, StepExecution.fair_key <= key)
+        .order_by(None)
+        .order_by(StepExecution.fair_key, StepExecution.priority, StepExecution.scheduled_for)
+    )
+
+
+@functools.lru_cache(maxsize=8)
+def _windowed_key_claim(queued: bool, shape: Shape) -> Any:
+    """PostgreSQL: the key's due rows in claim order, each tried by primary key
+    (``claims.first_in_order``), for the reason given there: joined, on analysed tables, the
+    planner read every ready workflow for each claim (608 buffers at 300 due rows, 9,055 at
+    3,000)."""
+
+    def claim_of(row: Any) -> Any:
+        claim = _claim_stmt(
+            by_id=False, queued=queued, candidates_first=False, shape=shape, row=row
+        )
+        return _core_claim(claim)
+
+    return first_in_order(claim_of, queued=queued, due=True, keyed=True)
+
+
+@functools.lru_cache(maxsize=16)
+def _keys_stmt(*, queued: bool, locked: bool) -> Any:
+    """Keys in the order they were served that have a due row (the ordinary order: always),
+    leaving out those this claim ``tried``; the first, locked ``SKIP LOCKED`` (``locked``),
+    or the first few, without locks.
+
+    The due row is probed in the key's index alone, its workflow not read: joined to the
+    workflows, the planner drove the probe from a read of every workflow. So a key whose due
+    rows this worker cannot claim (paused workflows, classes it has not loaded, rows other
+    workers hold) is found, its claim gives nothing, and the next key is tried. ``OFFSET
+    0``: PostgreSQL would otherwise turn the probe into one hashed read of every keyed due
+    row, per claim.
+    """
+    keys: Any = FairKey.__table__
+    due = (
+        select(StepExecution.id)
+        .where(
+            StepExecution.fair_key == keys.c.key,
+            in_state(StepExecution.state, ExecutionState.SCHEDULED),
+            StepExecution.scheduled_for <= bindparam("now"),
+        )
+        .offset(literal_column("0", Integer))
+    )
+    if queued:
+        due = due.where(StepExecution.queue.in_(bindparam("queues", expanding=True)))
+    stmt = (
+        select(keys.c.key)
+        .where(or_(keys.c.key == literal_column("''", String), exists(due)))
+        .where(keys.c.key.not_in(bindparam("tried", expanding=True)))
+        .order_by(keys.c.served_at, keys.c.key)
+    )
+    if not locked:
+        return stmt.limit(KEYS_PER_CLAIM)
+    return stmt.limit(1).with_for_update(skip_locked=True)
+
+
+@functools.cache
+def _lock_key_stmt() -> Any:
+    keys: Any = FairKey.__table__
+    return (
+        select(keys.c.key).where(keys.c.key == bindparam("key")).with_for_update(skip_locked=True)
+    )
+
+
+@functools.cache
+def _key_of_stmt() -> Any:
+    return select(StepExecution.fair_key).where(StepExecution.id == bindparam("execution_id"))
+
+
+@functools.cache
+def _stamp_stmt() -> Any:
+    keys: Any = FairKey.__table__
+    return (
+        update(keys)
+        .where(keys.c.key == bindparam("served_key"))
+        .values(served_at=bindparam("served_now"))
+        .execution_options(synchronize_session=False)
+    )
