@@ -350,8 +350,8 @@ def _start_keyed(
     cls: type[Workflow],
     session: Session,
     start: Start,
-    unique: list[tuple[Any, Hero]],
-    repeated: list[tuple[Any, Hero]],
+    unique: list[tuple[Any, Keyed]],
+    repeated: list[tuple[Any, Keyed]],
     allow_multiple: bool,
 ) -> StartResult:
     """:func:`_start_all`, per fairness key of the heroes when ``cls`` has one: every key is
@@ -359,9 +359,9 @@ def _start_keyed(
     values, so each key's heroes start together."""
     if not is_fair(cls):
         return _start_all(session, start, unique, repeated, allow_multiple)
-    groups: dict[str | None, list[tuple[Any, Hero]]] = {}
+    groups: dict[str | None, list[tuple[Any, Keyed]]] = {}
     for hero, stored in unique:
-        key = key_before_start(cls, hero, *stored)
+        key = key_before_start(cls, hero, *stored.hero)
         groups.setdefault(key, []).append((hero, stored))
     register_keys(session, [key for key in groups if key is not None])
     order = {id(hero): i for i, (hero, _) in enumerate(unique)}

@@ -45,12 +45,8 @@ TABLE_OPTIONS: dict[str, Any] = {
 def upgrade() -> None:
     if op.get_bind().dialect.name in MYSQL_DIALECTS:
         # Before the generated unique-key columns, where create_all() puts them too.
-        op.execute(
-            f"ALTER TABLE {WORKFLOWS} ADD COLUMN fair_key VARCHAR(255) NULL AFTER input"
-        )
-        op.execute(
-            f"ALTER TABLE {EXECUTIONS} ADD COLUMN fair_key VARCHAR(255) NULL AFTER result"
-        )
+        op.execute(f"ALTER TABLE {WORKFLOWS} ADD COLUMN fair_key VARCHAR(255) NULL AFTER input")
+        op.execute(f"ALTER TABLE {EXECUTIONS} ADD COLUMN fair_key VARCHAR(255) NULL AFTER result")
         op.create_index(INDEX, EXECUTIONS, ["fair_key", "state", "priority", "scheduled_for"])
     else:
         op.add_column(WORKFLOWS, sa.Column("fair_key", sa.String(255), nullable=True))
