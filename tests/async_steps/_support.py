@@ -18,7 +18,7 @@ def lane(
     config: Settings,
     *,
     concurrency: int = 4,
-    pool_size: int = 2,
+    pool_size: int | None = 2,
     running: RunningExecutions | None = None,
     poll_interval: float = 0.05,
     before_start: Callable[[AsyncLane], None] | None = None,
