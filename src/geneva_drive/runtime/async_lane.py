@@ -11,7 +11,7 @@ database: every statement of the phases, and every awaitable the application's c
 slot and waits for that task's claim to come back: a row (its phase 1 has committed — the
 claimer starts the next task at once, while this one's body awaits its I/O) or nothing (the
 claimer sleeps). So there is at most one claim in flight, however many slots are free: an
-idle lane of 500 slots makes one claim per wake-up or poll interval, not 500 (it made 288
+idle lane of 500 slots makes one claim per wake-up or poll interval, not 500 (it made 288–319
 commits a second idle, when each slot was a task that polled on its own).
 
 **Connections.** A step task does not hold a connection for its run as a step thread does
