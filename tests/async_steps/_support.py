@@ -56,6 +56,8 @@ def lane(
     finally:
         stop.set()
         thread.join(timeout=30)
+    # Stopping is honoured however long the poll interval: an idle lane does not sleep it out.
+    assert not thread.is_alive(), "the lane did not stop within 30 s of should_exit()"
     assert not failed, failed
 
 
