@@ -18,22 +18,29 @@ def lane(
     config: Settings,
     *,
     concurrency: int = 4,
-    pool_size: int = 2,
+    pool_size: int | None = 2,
     running: RunningExecutions | None = None,
+    poll_interval: float = 0.05,
+    before_start: Callable[[AsyncLane], None] | None = None,
 ) -> Iterator[AsyncLane]:
-    """An async lane claiming every class, running in a thread until the block ends."""
+    """An async lane claiming every class, running in a thread until the block ends.
+
+    ``before_start``: called with the lane before its thread starts (to watch its engine).
+    """
     stop = threading.Event()
     the_lane = AsyncLane(
         config,
         RunOptions(),
         running or RunningExecutions(),
         concurrency=concurrency,
-        poll_interval=0.05,
+        poll_interval=poll_interval,
         should_exit=stop.is_set,
         scope=lambda: ClaimScope(),
         count=lambda: None,
         pool_size=pool_size,
     )
+    if before_start is not None:
+        before_start(the_lane)
     failed: list[BaseException] = []
 
     def run() -> None:
@@ -49,6 +56,8 @@ def lane(
     finally:
         stop.set()
         thread.join(timeout=30)
+    # Stopping is honoured however long the poll interval: an idle lane does not sleep it out.
+    assert not thread.is_alive(), "the lane did not stop within 30 s of should_exit()"
     assert not failed, failed
 
 

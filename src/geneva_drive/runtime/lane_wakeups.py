@@ -1,19 +1,15 @@
-"""Waking the async lane's idle tasks: what :class:`worker.IdleThreads` is to the step threads.
+"""Waking the async lane's claimer: what :class:`worker.IdleThreads` is to the step threads.
 
 A wake-up comes from another thread — the worker's LISTEN thread (a NOTIFY), or any thread
 of this process whose commit made a row due (``DatabaseBackend.enqueue``) — and reaches the
-lane's event loop through ``call_soon_threadsafe``. As for the threads:
+lane's event loop through ``call_soon_threadsafe``. The lane has **one** claimer
+(``async_lane``), so there is one sleeper to wake, and nothing to relay: the claimer claims
+again and again after a wake-up while its claims find rows and it has a free slot, then
+sleeps once a claim comes back empty. Wake-ups that come while it is awake are remembered as
+one (:meth:`sleep` returns at once): any number of them cost it one more claim, not one each.
 
-- one wake-up wakes **one** idle task (waking all of them would run ``concurrency`` claims
-  for one row);
-- one that finds no task idle is counted, and the next task about to sleep claims instead
-  (capped at one per task: a busy task claims again after its step anyway);
-- a *relayed* one (a NOTIFY, sent once per transaction however many rows it made due) is
-  passed on by the task it woke as soon as that task has claimed a row (:meth:`pass_on`), and
-  so on down the idle tasks until one finds nothing.
-
-Everything but :meth:`set` runs on the lane's loop, so only the loop reference and the
-wake-ups that come before the loop starts need the lock.
+Everything but :meth:`set` and :meth:`close` runs on the lane's loop, so only the loop
+reference and the wake-ups that come before the loop starts need the lock.
 """
 
 from __future__ import annotations
@@ -24,85 +20,64 @@ import threading
 
 
 class LaneWakeups:
-    def __init__(self, tasks: int) -> None:
-        self._cap = max(1, tasks)
+    def __init__(self) -> None:
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._early = 0  # wake-ups before the loop ran (under the lock)
-        self._waiters: list[asyncio.Future[bool]] = []  # the most recently idle last
-        self._missed = 0
-        self._missed_relay = False  # one of the missed wake-ups was a relay
+        self._early = False  # a wake-up came before the loop ran (under the lock)
+        self._pending = False  # one came while the claimer was awake (on the loop)
+        self._waiter: asyncio.Future[None] | None = None
         self._closed = False
 
     def attach(self) -> None:
         """Called on the lane's loop when it starts: wake-ups go to it from now on."""
         with self._lock:
             self._loop = asyncio.get_running_loop()
-            self._missed = min(self._early, self._cap)
+            self._pending = self._early
 
     def detach(self) -> None:
         """The loop is ending: later wake-ups are dropped (the lane no longer claims)."""
         with self._lock:
             self._loop = None
-            self._early = 0
+            self._early = False
 
-    def set(self, *, relay: bool = False) -> None:
-        """Wake one idle task (from any thread). ``relay``: may stand for several rows."""
+    def set(self) -> None:
+        """Wake the claimer (from any thread), or make its next sleep return at once."""
         with self._lock:
             loop = self._loop
             if loop is None:
-                self._early = min(self._early + 1, self._cap)
+                self._early = True
                 return
             # RuntimeError: the loop closed between detach() and here.
             with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(self._wake_one, relay)
+                loop.call_soon_threadsafe(self._wake)
 
-    def pass_on(self) -> None:
-        """On the loop: wake one more idle task, as a relay; nothing if none is idle."""
-        self._wake_waiter(True)
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+        else:
+            self._pending = True
 
-    def _wake_one(self, relay: bool) -> None:
-        if not self._wake_waiter(relay):
-            self._missed = min(self._missed + 1, self._cap)
-            self._missed_relay = self._missed_relay or relay
-
-    def _wake_waiter(self, relay: bool) -> bool:
-        while self._waiters:
-            waiter = self._waiters.pop()
-            if not waiter.done():
-                waiter.set_result(relay)
-                return True
-        return False
-
-    async def sleep(self, timeout: float) -> bool | None:
-        """Wait up to ``timeout`` for a wake-up: None if none came, else whether it was a
-        relay (to :meth:`pass_on` once this task has claimed a row)."""
-        if self._missed:
-            self._missed -= 1
-            relay, self._missed_relay = self._missed_relay, False
-            return relay
-        if self._closed:
-            return False
-        waiter: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self._waiters.append(waiter)
+    async def sleep(self, timeout: float) -> bool:
+        """On the loop: wait up to ``timeout`` for a wake-up; whether one came (or had come
+        since the last sleep, or the worker is stopping)."""
+        if self._pending or self._closed:
+            self._pending = False
+            return True
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiter = waiter
         try:
-            # asyncio.wait, not wait_for: no cancel-and-wait at every timeout (a hundred idle
-            # tasks time out twenty times a second each, to look whether the worker stops).
+            # asyncio.wait, not wait_for: no cancel-and-wait at every timeout.
             await asyncio.wait([waiter], timeout=timeout)
         finally:
-            if waiter in self._waiters:
-                self._waiters.remove(waiter)
-        return waiter.result() if waiter.done() else None
+            self._waiter = None
+        return waiter.done()
 
     def close(self) -> None:
-        """The worker is stopping (from any thread): wake every idle task, now and later."""
+        """The worker is stopping (from any thread): wake the claimer, now and later."""
         with self._lock:
             self._closed = True
             loop = self._loop
         if loop is not None:
             with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(self._wake_all)
-
-    def _wake_all(self) -> None:
-        while self._wake_waiter(False):
-            pass
+                loop.call_soon_threadsafe(self._wake)

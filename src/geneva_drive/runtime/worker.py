@@ -17,8 +17,8 @@ Threads of one worker process:
   lets one per tick through, see ``engine.schedules``), and runs housekeeping when
   ``housekeeping_interval`` is set (one worker at a time, by a database lock).
 - **the listener** (PostgreSQL): ``LISTEN geneva_drive`` on a dedicated connection; a NOTIFY
-  from a commit that made a row due now wakes an idle step thread at once, and an idle task
-  of the async lane (``async_lane``) when async classes are loaded.
+  from a commit that made a row due now wakes an idle step thread at once, and the async
+  lane's claimer (``async_lane``) when async classes are loaded.
 
 What it claims: only executions of the workflow classes (and hero classes) this process has
 loaded, on the queues it serves (see ``loaded.py``); it refuses to start with no workflow class
@@ -406,7 +406,7 @@ class Worker:
         self._stopping = threading.Event()  # stop claiming
         self._done = threading.Event()  # stop the maintenance thread and the listener
         self._wakeup = IdleThreads(concurrency)
-        self._lane_wakeup = LaneWakeups(self.async_concurrency)
+        self._lane_wakeup = LaneWakeups()
         self._stop_requested_at: float | None = None
         self._until: Callable[[], bool] | None = None
         self._count_lock = threading.Lock()
@@ -789,12 +789,12 @@ class Worker:
                 while not self._done.is_set():
                     for note in driver.notifies(timeout=1.0):
                         if not self.queues or note.payload in self.queues:
-                            # One per transaction, however many rows it made due: relayed,
-                            # to the step threads and to the async lane (one LISTEN each
-                            # process; the one that claims nothing goes back to sleep).
+                            # One per transaction, however many rows it made due: relayed
+                            # among the step threads; the async lane's claimer claims until
+                            # it finds nothing (one LISTEN each process).
                             self._wakeup.set(relay=True)
                             if self._async_scope is not None:
-                                self._lane_wakeup.set(relay=True)
+                                self._lane_wakeup.set()
             except Exception as error:
                 if self._done.is_set():
                     break
