@@ -6,7 +6,8 @@ Events: ``precondition``, ``step`` and ``finalize`` (payloads as in the gem: ``e
 ``housekeeping`` (``runtime.housekeeping``), ``claim`` (a claim query found a row),
 ``recovery`` (``workflow_class``, ``step_name``, ``reason``: ``lease_expired``,
 ``stuck_in_progress``, ``stuck_scheduled`` or ``other``), ``signal`` (``workflow_class``,
-``duplicate``) and ``timeout`` (``workflow_class``, ``step_name``, ``on_timeout``).
+``duplicate``) and ``timeout`` (``workflow_class``, ``step_name``, ``on_timeout``); these
+three are emitted once the transaction that did the thing commits, never if it rolls back.
 Subscribers are plain callables ``fn(name, payload)``; a subscriber that raises is logged and
 ignored — instrumentation must never change what a workflow does. With no subscriber an event
 costs one dictionary look-up: a caller that builds a payload only for it asks :func:`active`.
