@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import time
 from contextlib import AbstractContextManager
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
     from geneva_drive.engine.prepare import Prepared
+    from geneva_drive.storage.queries.handover import Handover
 
 TRACER_NAME = "geneva_drive"
 _OFF: AbstractContextManager[None] = contextlib.nullcontext()
@@ -167,3 +169,107 @@ class _StepSpan:
             self.span.set_status(api.Status(api.StatusCode.ERROR, type(error).__name__))
         context_api.detach(self.token)
         self.span.end()
+
+
+# -- claims (``configure(trace_claims=True)``) ---------------------------------------------
+
+
+class _NoClaimSpan:
+    """What :func:`claim_span` gives when claims are not traced: nothing is recorded."""
+
+    def __enter__(self) -> _NoClaimSpan:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+    def claimed(self, claimed: tuple[int, int] | None) -> None:
+        return None
+
+    def handed_over(self, handover: Handover | None) -> None:
+        return None
+
+
+_NO_CLAIM_SPAN = _NoClaimSpan()
+
+
+def claim_span(config: Settings) -> _NoClaimSpan:
+    """A span ``geneva_drive.claim`` around one claim, when ``config.trace_claims`` and tracing
+    are on; tell it what was claimed with ``claimed((execution_id, workflow_id) or None)``
+    or, for a completion that claims (``queries.handover``), ``handed_over(handover)`` — None,
+    nothing was sent: no span. Each claim is a trace of its own: an idle worker's polls
+    would otherwise bury its steps' spans. Otherwise the shared no-op (one attribute read)."""
+    if not config.trace_claims:
+        return _NO_CLAIM_SPAN
+    tracer = _tracer(config)
+    return _NO_CLAIM_SPAN if tracer is None else _ClaimSpan(tracer)
+
+
+class _ClaimSpan(_NoClaimSpan):
+    """Made once the claim has said what it did, with the time it began: a completion that
+    turns out to send no claim makes no span."""
+
+    def __init__(self, tracer: Any) -> None:
+        self.tracer = tracer
+        self.began = 0
+        self.span: Any = None
+
+    def __enter__(self) -> _ClaimSpan:
+        self.began = time.time_ns()
+        return self
+
+    def claimed(self, claimed: tuple[int, int] | None) -> None:
+        if claimed is None:
+            self._start("claim", 0, "empty")
+        else:
+            self._start("claim", 1, "claimed", *claimed)
+
+    def handed_over(self, handover: Handover | None) -> None:
+        if handover is None:
+            return
+        if handover.started is not None:
+            row, execution = handover.started
+            self._start("handover", 1, "claimed", execution.id, row.id)
+        elif handover.claimed:  # a step it may not start: left to an ordinary claim
+            self._start("handover", 1, "declined")
+        else:
+            self._start("handover", 0, "empty")
+
+    def _start(
+        self,
+        via: str,
+        count: int,
+        outcome: str,
+        execution_id: int | None = None,
+        workflow_id: int | None = None,
+    ) -> None:
+        from opentelemetry import context as context_api
+
+        attributes: dict[str, Any] = {
+            "geneva_drive.claim.via": via,
+            "geneva_drive.claim.count": count,
+            "geneva_drive.claim.outcome": outcome,
+        }
+        if execution_id is not None:
+            attributes["geneva_drive.execution.id"] = execution_id
+            attributes["geneva_drive.workflow.id"] = workflow_id
+        # A root: the claim belongs to no request, and a step's span is parented by its own
+        # workflow's context (see _StepSpan), not by the claim that found it.
+        self.span = self.tracer.start_span(
+            "geneva_drive.claim",
+            context=context_api.Context(),
+            attributes=attributes,
+            start_time=self.began,
+        )
+
+    def __exit__(self, *exc: Any) -> None:
+        error = exc[1]
+        if error is not None:
+            api = _trace_api()
+            assert api is not None
+            if self.span is None:
+                self._start("claim", 0, "error")
+            self.span.record_exception(error)
+            self.span.set_status(api.Status(api.StatusCode.ERROR, type(error).__name__))
+        if self.span is not None:
+            self.span.end()
