@@ -330,20 +330,35 @@ def execution_history(session: Session, workflow_id: int) -> Sequence[StepExecut
 def attempt_number(session: Session, execution: StepExecution) -> int:
     """Which run of its step ``execution`` is in its workflow, counted as ``admin.show``'s
     timeline does: the step's executions up to and including it by (created_at, id), timers
-    (rows that time a wait out) not counted. For a span's attribute, read only when tracing."""
-    stmt = select(StepExecution.metadata_json).where(
-        StepExecution.workflow_id == execution.workflow_id,
-        StepExecution.step_name == execution.step_name,
+    (rows that time a wait out) not counted. For a span's attribute, read only when tracing.
+
+    One statement built once, on the session's connection (no flush; the ORM's execute and
+    building the statement each time cost as much again as the read)."""
+    rows = connection_of(session).execute(
+        _attempt_stmt(),
+        {
+            "workflow_id": execution.workflow_id,
+            "step_name": execution.step_name,
+            "created_at": execution.created_at,
+            "id": execution.id,
+        },
+    )
+    runs = sum(1 for (meta,) in rows if TIMEOUT_FOR not in (meta or {}))
+    return max(runs, 1)
+
+
+@functools.cache
+def _attempt_stmt() -> Any:
+    table = StepExecution.__table__
+    created_at = bindparam("created_at", type_=table.c.created_at.type)
+    return select(table.c.metadata).where(
+        table.c.workflow_id == bindparam("workflow_id"),
+        table.c.step_name == bindparam("step_name"),
         or_(
-            StepExecution.created_at < execution.created_at,
-            and_(
-                StepExecution.created_at == execution.created_at,
-                StepExecution.id <= execution.id,
-            ),
+            table.c.created_at < created_at,
+            and_(table.c.created_at == created_at, table.c.id <= bindparam("id")),
         ),
     )
-    runs = sum(1 for (meta,) in session.execute(stmt) if TIMEOUT_FOR not in (meta or {}))
-    return max(runs, 1)
 
 
 def consecutive_reattempt_count(session: Session, workflow_id: int, step_name: str) -> int:
