@@ -5,7 +5,8 @@ application, each step execution is a span ``geneva_drive.step <Class>.<step>``.
 stores the W3C traceparent active when it runs on the workflow row, ``signal()`` on the signal
 row (``storage.models``); a step's span is parented by its workflow's stored context, so the
 request that started a workflow and its steps days later are one trace, and links to the
-context of the signal that woke it.
+context of the signal that woke it. With ``configure(trace_claims=True)`` each claim is a
+span too (:func:`claim_span`), a trace of its own; off by default.
 
 Off — ``configure(tracing=False)``, ``opentelemetry`` not imported by the application, or no
 provider configured (the API's default proxy) — every function here returns at its first
