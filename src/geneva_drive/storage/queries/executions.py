@@ -332,26 +332,30 @@ def attempt_number(session: Session, execution: StepExecution) -> int:
     timeline does: the step's executions up to and including it by (created_at, id), timers
     (rows that time a wait out) not counted. For a span's attribute, read only when tracing.
 
-    One statement built once, on the session's connection (no flush; the ORM's execute and
-    building the statement each time cost as much again as the read)."""
-    rows = connection_of(session).execute(
-        _attempt_stmt(),
-        {
-            "workflow_id": execution.workflow_id,
-            "step_name": execution.step_name,
-            "created_at": execution.created_at,
-            "id": execution.id,
-        },
-    )
+    Most steps run once: a count of those rows, one statement built once and sent directly
+    on the session's connection (no flush), answers 1 for them; only a step with earlier
+    rows reads them, to leave the timers out."""
+    params = {
+        "workflow_id": execution.workflow_id,
+        "step_name": execution.step_name,
+        "created_at": execution.created_at,
+        "id": execution.id,
+    }
+    connection = connection_of(session)
+    counted = execute_direct(connection, _attempt_stmts()[0], params)
+    if counted is None or counted[0] <= 1:
+        return 1
+    rows = connection.execute(_attempt_stmts()[1], params)
     runs = sum(1 for (meta,) in rows if TIMEOUT_FOR not in (meta or {}))
     return max(runs, 1)
 
 
 @functools.cache
-def _attempt_stmt() -> Any:
+def _attempt_stmts() -> tuple[Any, Any]:
+    """(the count of the step's rows up to the execution, their metadata)."""
     table = StepExecution.__table__
     created_at = bindparam("created_at", type_=table.c.created_at.type)
-    return select(table.c.metadata).where(
+    up_to = and_(
         table.c.workflow_id == bindparam("workflow_id"),
         table.c.step_name == bindparam("step_name"),
         or_(
@@ -359,6 +363,7 @@ def _attempt_stmt() -> Any:
             and_(table.c.created_at == created_at, table.c.id <= bindparam("id")),
         ),
     )
+    return select(func.count()).where(up_to), select(table.c.metadata).where(up_to)
 
 
 def consecutive_reattempt_count(session: Session, workflow_id: int, step_name: str) -> int:
