@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 TRACER_NAME = "geneva_drive"
 _OFF: AbstractContextManager[None] = contextlib.nullcontext()
 _api: ModuleType | None = None  # opentelemetry.trace, once the application has imported it
+_context_api: Any = None  # opentelemetry.context, with it (an import statement per span costs)
 _no_sdk: tuple[type, ...] = ()  # the API's own providers, which make no spans
 # The tracer of the provider last asked: the SDK builds a new one on every get_tracer()
 # (a tenth of a millisecond), and a process has one provider.
@@ -47,12 +48,13 @@ def _trace_api() -> ModuleType | None:
     (so has ``opentelemetry-instrument``), and one that did not would pay for the import —
     tens of milliseconds — for spans nobody records.
     """
-    global _api, _no_sdk
+    global _api, _context_api, _no_sdk
     if isinstance(_api, ModuleType):
         return _api
     trace = sys.modules.get("opentelemetry.trace")
     if trace is None:
         return None
+    _context_api = sys.modules["opentelemetry.context"]  # imported by opentelemetry.trace
     _api, _no_sdk = trace, (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
     return trace
 
@@ -98,6 +100,23 @@ def _span_context(api: ModuleType, traceparent: str | None) -> Any:
     return context if context.is_valid else None
 
 
+# The parent context of the last stored traceparent: a workflow's steps, run one after the
+# other, share it, and parsing it into a context is a tenth of a span's cost.
+_last_parent: tuple[str | None, Any] = (None, None)
+
+
+def _parent_context(api: ModuleType, traceparent: str | None) -> Any:
+    """The context to start a span in as a child of a stored traceparent (None: a root)."""
+    global _last_parent
+    last, context = _last_parent
+    if traceparent == last:
+        return context
+    parent = _span_context(api, traceparent)
+    context = api.set_span_in_context(api.NonRecordingSpan(parent)) if parent else None
+    _last_parent = (traceparent, context)
+    return context
+
+
 def step_span(
     session: Session, prepared: Prepared, config: Settings, payload: dict[str, Any]
 ) -> AbstractContextManager[None]:
@@ -120,13 +139,10 @@ class _StepSpan:
         self.span: Any = None
 
     def __enter__(self) -> None:
-        from opentelemetry import context as context_api
-
         api = _trace_api()
         assert api is not None
         workflow, execution = self.prepared.workflow, self.prepared.execution
         identity = self.prepared.identity
-        parent = _span_context(api, workflow.trace_context)
         signal = self.prepared.signal
         linked = _span_context(api, signal.trace_context) if signal is not None else None
         attributes = {
@@ -134,7 +150,9 @@ class _StepSpan:
             "geneva_drive.workflow.id": identity["workflow_id"],
             "geneva_drive.execution.id": identity["execution_id"],
             "geneva_drive.step": identity["step_name"],
-            "geneva_drive.attempt": self._attempt(execution),
+            # Read on the step's connection, without a flush (what a before-step hook
+            # changed is flushed with the step's end).
+            "geneva_drive.attempt": queries.attempt_number(self.session, execution),
             "geneva_drive.queue": execution.queue or "default",
             "geneva_drive.hero.type": workflow.hero_type or "",
             "geneva_drive.hero.id": workflow.hero_id or "",
@@ -145,22 +163,15 @@ class _StepSpan:
         # manager that costs about as much again.
         self.span = self.tracer.start_span(
             f"geneva_drive.step {identity['workflow_class']}.{identity['step_name']}",
-            context=api.set_span_in_context(api.NonRecordingSpan(parent)) if parent else None,
+            context=_parent_context(api, workflow.trace_context),
             links=[api.Link(linked, {"geneva_drive.link": "signal"})] if linked else None,
             attributes=attributes,
             record_exception=False,
             set_status_on_exception=False,
         )
-        self.token = context_api.attach(api.set_span_in_context(self.span))
-
-    def _attempt(self, execution: Any) -> int:
-        # No autoflush: a flush of what a before-step hook changed belongs to the step's end.
-        with self.session.no_autoflush:
-            return queries.attempt_number(self.session, execution)
+        self.token = _context_api.attach(api.set_span_in_context(self.span))
 
     def __exit__(self, *exc: Any) -> None:
-        from opentelemetry import context as context_api
-
         api = _trace_api()
         assert api is not None
         self.span.set_attribute("geneva_drive.outcome", str(self.payload.get("outcome", "")))
@@ -168,7 +179,7 @@ class _StepSpan:
         if isinstance(error, BaseException):
             self.span.record_exception(error)
             self.span.set_status(api.Status(api.StatusCode.ERROR, type(error).__name__))
-        context_api.detach(self.token)
+        _context_api.detach(self.token)
         self.span.end()
 
 
@@ -244,8 +255,6 @@ class _ClaimSpan(_NoClaimSpan):
         execution_id: int | None = None,
         workflow_id: int | None = None,
     ) -> None:
-        from opentelemetry import context as context_api
-
         attributes: dict[str, Any] = {
             "geneva_drive.claim.via": via,
             "geneva_drive.claim.count": count,
@@ -258,7 +267,7 @@ class _ClaimSpan(_NoClaimSpan):
         # workflow's context (see _StepSpan), not by the claim that found it.
         self.span = self.tracer.start_span(
             "geneva_drive.claim",
-            context=context_api.Context(),
+            context=_context_api.Context(),
             attributes=attributes,
             start_time=self.began,
         )
