@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/instructions.py --workflows 300
     .venv/bin/python benchmarks/instructions.py --src /tmp/old-tree/src   # another tree's code
+    .venv/bin/python benchmarks/instructions.py --observe off,metrics,tracing,both --no-bare
 
 Time per step on this shared virtual machine moves by a third from one run to the next (the
 same code measured 0.40 and 0.63 ms of worker CPU per step in consecutive runs, with nothing
@@ -26,6 +27,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -35,8 +37,12 @@ STEPS = 3
 VALGRIND = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--callgrind-out-file=/dev/null"]
 
 
-def geneva_drive_child(url: str, workflows: int) -> None:
-    """Under valgrind: seed a backlog, then count one step thread's run of it."""
+OBSERVE = ("off", "metrics", "tracing", "both")
+
+
+def geneva_drive_child(url: str, workflows: int, observe: str = "off") -> None:
+    """Under valgrind: seed a backlog, then count one step thread's run of it, with the
+    instrumentation ``observe`` names switched on (see :func:`observed`)."""
     import _gd
     import gd_app
 
@@ -44,10 +50,51 @@ def geneva_drive_child(url: str, workflows: int) -> None:
     _gd.seed(config, gd_app.BenchThreeSteps, workflows)
     with engine.begin() as conn:  # as throughput.py: what autovacuum does within a minute
         conn.exec_driver_sql("ANALYZE")
+    config, stop = observed(engine, config, observe)
     callgrind_instrumentation(True)
     _gd.drain_with_one_step_thread(config, "instructions")
+    stop()  # a batch processor's last export is counted: the application pays for it too
     callgrind_instrumentation(False)
     engine.dispose()
+
+
+def observed(engine: Any, config: Any, observe: str) -> tuple[Any, Any]:
+    """The settings and a stop function for ``observe``: ``off`` (the defaults: no tracer
+    provider configured, nothing subscribed), ``metrics`` (``runtime.metrics.install`` on a
+    registry of its own), ``tracing`` (an OpenTelemetry SDK provider with a batch processor
+    and an exporter that sends nowhere — as an application configures it, less the network)
+    or ``both``."""
+    from geneva_drive.runtime.configure import configure
+
+    stops = []
+    if observe in ("metrics", "both"):
+        from prometheus_client import CollectorRegistry
+
+        from geneva_drive.runtime import metrics
+
+        stops.append(metrics.install(CollectorRegistry()))
+    if observe in ("tracing", "both"):
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import (
+            BatchSpanProcessor,
+            SpanExporter,
+            SpanExportResult,
+        )
+
+        class Nowhere(SpanExporter):
+            def export(self, spans: Any) -> SpanExportResult:
+                return SpanExportResult.SUCCESS
+
+        provider = TracerProvider()
+        provider.add_span_processor(BatchSpanProcessor(Nowhere()))
+        config = configure(engine=engine, tracing=provider)
+        stops.append(provider.shutdown)
+
+    def stop() -> None:
+        for each in stops:
+            each()
+
+    return config, stop
 
 
 def counted(argv: list[str], env: dict[str, str]) -> int:
@@ -62,29 +109,43 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--workflows", type=int, default=300)
     parser.add_argument("--src", default=str(REPO / "src"), help="the geneva-drive tree to count")
+    parser.add_argument(
+        "--observe",
+        default="off",
+        help=f"comma-separated instrumentation modes to count the step thread in, each in a "
+        f"run of its own: {', '.join(OBSERVE)} (default: off)",
+    )
+    parser.add_argument("--no-bare", action="store_true", help="skip the bare loop")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child == "geneva-drive":
-        geneva_drive_child(args.url, args.workflows)
+        geneva_drive_child(args.url, args.workflows, args.observe)
         return
+    modes = args.observe.split(",")
+    if not set(modes) <= set(OBSERVE):
+        parser.error(f"--observe {args.observe!r}: expected modes among {', '.join(OBSERVE)}")
     emit(bench="machine", **machine())
     env = {**os.environ, "PYTHONPATH": args.src}
     server = start_postgres()
     try:
         steps = STEPS * args.workflows
-        name, url = server.create_database("instr_gd")
-        log(f"instructions: geneva-drive ({args.src}), {args.workflows} workflows")
-        child = ["--child", "geneva-drive", "--url", url, "--workflows", str(args.workflows)]
-        gd = counted([sys.executable, __file__, *child], env)
-        emit(
-            bench="instructions",
-            system="geneva-drive step thread",
-            src=args.src,
-            steps=steps,
-            instructions=gd,
-            per_step=round(gd / steps),
-        )
+        for mode in modes:
+            name, url = server.create_database(f"instr_gd_{mode}")
+            log(f"instructions: geneva-drive ({args.src}), {args.workflows} workflows, {mode}")
+            child = ["--child", "geneva-drive", "--url", url, "--workflows", str(args.workflows)]
+            gd = counted([sys.executable, __file__, *child, "--observe", mode], env)
+            emit(
+                bench="instructions",
+                system="geneva-drive step thread",
+                observe=mode,
+                src=args.src,
+                steps=steps,
+                instructions=gd,
+                per_step=round(gd / steps),
+            )
+        if args.no_bare:
+            return
         name, url = server.create_database("instr_bare")
         log("instructions: bare SQLAlchemy loop, 1 thread")
         dsn = server.url(name, driver="postgresql")

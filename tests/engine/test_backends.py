@@ -6,8 +6,10 @@ import dataclasses
 from datetime import timedelta
 
 import pytest
+from sqlalchemy import text
 
 from geneva_drive import InlineBackend, Workflow, step, with_inline_enqueue
+from geneva_drive.engine.committed import after_commit
 from geneva_drive.runtime.configure import configured
 from geneva_drive.testing import perform_next_step
 from tests.engine._support import RecordingBackend, current, history, reload
@@ -207,6 +209,23 @@ def test_nothing_is_enqueued_when_a_savepoint_is_released_before_the_outer_commi
     assert recorder.enqueued == []
     session.rollback()
     assert recorder.enqueued == []
+
+
+def test_wake_ups_and_other_after_commit_actions_run_at_the_commit_in_the_order_written(
+    session, recorder
+):
+    # One after-commit mechanism (engine.committed): a wake-up is one of its actions, not a
+    # second list run by a second listener before or after the others.
+    told: list[str] = []
+    session.execute(text("SELECT 1"))  # in a transaction
+    after_commit(session, lambda: told.append(f"first, {len(recorder.enqueued)} woken"))
+    _create(session, BackendTwoSteps)
+    after_commit(session, lambda: told.append(f"then, {len(recorder.enqueued)} woken"))
+    assert (told, recorder.enqueued) == ([], [])
+
+    session.commit()
+
+    assert told == ["first, 0 woken", "then, 1 woken"]
 
 
 def test_the_inline_backend_runs_workflows_created_together_once_all_are_committed(session, gd):

@@ -114,6 +114,46 @@ def test_signal_deliveries_are_counted_new_or_duplicate_and_timeouts_by_action(
     assert value("geneva_drive_timeouts_total", timeout) == 1
 
 
+def test_a_signal_is_counted_once_its_transaction_commits_and_never_if_it_rolls_back(
+    session, registry
+):
+    waits = _start(session, MetricWaits)
+    perform_next_step(waits)  # parks
+    new = {"workflow": "MetricWaits", "delivery": "new"}
+    value = registry.get_sample_value
+
+    waits.signal("approved", idempotency_key="evt_1")
+    assert value("geneva_drive_signal_deliveries_total", new) is None  # not committed yet
+    session.rollback()
+    assert value("geneva_drive_signal_deliveries_total", new) is None
+
+    waits.signal("approved", idempotency_key="evt_1")
+    session.commit()
+    assert value("geneva_drive_signal_deliveries_total", new) == 1
+
+
+def test_a_timeout_is_counted_once_its_transaction_commits_and_never_if_it_rolls_back(
+    session, registry, clock
+):
+    from geneva_drive.engine.signals import fire_timeout
+    from tests.signals._support import timer_of
+
+    waits = _start(session, MetricWaits)
+    perform_next_step(waits)  # parks, with its timer
+    clock.advance(timedelta(minutes=2))
+    labels = {"workflow": "MetricWaits", "step": "approve", "on_timeout": "skip"}
+    value = registry.get_sample_value
+
+    fire_timeout(session, waits, timer_of(session, waits), clock.now())
+    assert value("geneva_drive_timeouts_total", labels) is None  # not committed yet
+    session.rollback()
+    assert value("geneva_drive_timeouts_total", labels) is None
+
+    fire_timeout(session, waits, timer_of(session, waits), clock.now())
+    session.commit()
+    assert value("geneva_drive_timeouts_total", labels) == 1
+
+
 def test_a_lease_recovery_is_counted_by_reason(session, registry, clock, gd):
     from geneva_drive.engine.recovery import recover_expired_leases
     from geneva_drive.testing import crash_next_step

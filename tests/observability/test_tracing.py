@@ -18,6 +18,7 @@ from geneva_drive import Workflow, admin, immediate_transactions, step
 from geneva_drive.runtime.configure import configure, configured
 from geneva_drive.testing import perform_next_step, speedrun
 from tests.observability.traced_app import TracedOrder
+from tests.signals._support import run_due
 from tests.worker.test_worker_processes import Workers, db, wait_until, workers, workflow_states  # noqa: F401
 
 
@@ -207,3 +208,80 @@ def test_show_gives_the_trace_id_of_the_request_that_created_the_workflow(sessio
         session.commit()
 
     assert admin.show(session, wf.id).trace_id == f"{request.get_span_context().trace_id:032x}"
+
+
+# -- claim spans (off by default) ------------------------------------------------------------
+
+
+def _claims(spans: InMemorySpanExporter) -> list:
+    return [s for s in spans.get_finished_spans() if s.name == "geneva_drive.claim"]
+
+
+def test_claims_make_no_span_by_default(session, spans):
+    TracedOrder.create(session)
+    session.commit()
+
+    run_due(session)
+
+    assert [s.name for s in _steps(spans)] == ["geneva_drive.step TracedOrder.charge"]
+    assert _claims(spans) == []
+
+
+def test_with_trace_claims_each_claim_is_a_span_saying_what_it_claimed(session, spans):
+    configure(trace_claims=True)
+    wf = TracedOrder.create(session)
+    session.commit()
+    charge_id = wf.current_execution.id
+
+    run_due(session)  # claims charge, then finds nothing due (notify waits for a signal)
+
+    claims = _claims(spans)
+    found, empty = claims[0], claims[-1]
+    assert dict(found.attributes) == {
+        "geneva_drive.claim.via": "claim",
+        "geneva_drive.claim.count": 1,
+        "geneva_drive.claim.outcome": "claimed",
+        "geneva_drive.execution.id": charge_id,
+        "geneva_drive.workflow.id": wf.id,
+    }
+    assert dict(empty.attributes) == {
+        "geneva_drive.claim.via": "claim",
+        "geneva_drive.claim.count": 0,
+        "geneva_drive.claim.outcome": "empty",
+    }
+    assert all(claim.parent is None for claim in claims)  # a trace of its own, not the step's
+    [charge] = _steps(spans)
+    assert charge.context.trace_id != found.context.trace_id
+
+
+def test_trace_claims_must_be_a_bool(gd):
+    from geneva_drive import StepConfigurationError
+
+    with pytest.raises(StepConfigurationError, match=r"configure\(trace_claims='yes'\)"):
+        configure(trace_claims="yes")
+
+
+def test_a_worker_started_with_trace_claims_makes_a_span_per_claim(
+    workers,  # noqa: F811
+    db,  # noqa: F811
+    tmp_path: Path,
+    monkeypatch,
+):
+    span_file = tmp_path / "worker-spans.jsonl"
+    monkeypatch.setenv("GD_TEST_SPANS", str(span_file))
+    with Session(db) as session:
+        wf_id = TracedOrder.create(session).id
+        session.commit()
+
+    workers.start("--app", "tests.observability.traced_app", "--trace-claims")
+
+    def claimed() -> list[dict]:
+        return [
+            s
+            for s in _worker_spans(span_file)
+            if s["name"] == "geneva_drive.claim"
+            and s["attributes"].get("geneva_drive.workflow.id") == wf_id
+        ]
+
+    wait_until(lambda: bool(claimed()), "the claim's span", workers)
+    assert claimed()[0]["attributes"]["geneva_drive.claim.outcome"] == "claimed"

@@ -228,3 +228,40 @@ def test_a_timer_row_of_a_step_that_no_longer_waits_is_not_started(gd, session, 
     assert chained == [True, True]
     assert trail(session, first) == THREE_DONE
     assert reload(session, second).state == "ready"
+
+
+def test_the_claim_in_a_completion_is_counted_and_with_trace_claims_is_a_span(gd, session, clock):
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from prometheus_client import CollectorRegistry
+
+    from geneva_drive.runtime import metrics
+    from geneva_drive.runtime.configure import configured
+
+    first = WorkerScaleThreeSteps.create(session)
+    second = _due_after(clock, WorkerScaleThreeSteps, session)
+    session.commit()
+    second_one = second.current_execution.id
+    exporter, provider, registry = InMemorySpanExporter(), TracerProvider(), CollectorRegistry()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    uninstall = metrics.install(registry)
+    try:
+        with configured(tracing=provider, trace_claims=True) as config:
+            assert claim_and_run(claim_scope(None), _options(), config)
+    finally:
+        uninstall()
+
+    assert trail(session, first) == trail(session, second) == THREE_DONE
+    claims = [s for s in exporter.get_finished_spans() if s.name == "geneva_drive.claim"]
+    handed = [
+        dict(s.attributes) for s in claims if s.attributes["geneva_drive.claim.via"] == "handover"
+    ]
+    assert {
+        "geneva_drive.claim.count": 1,
+        "geneva_drive.claim.outcome": "claimed",
+        "geneva_drive.execution.id": second_one,
+        "geneva_drive.workflow.id": second.id,
+    }.items() <= handed[0].items()
+    # The first workflow's claim, then the second's, in the first one's last completion.
+    assert registry.get_sample_value("geneva_drive_claims_total") == 2

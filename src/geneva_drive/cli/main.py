@@ -182,6 +182,14 @@ def worker(
     metrics_addr: Annotated[
         str, typer.Option(help="The address --metrics-port listens on.")
     ] = "127.0.0.1",
+    trace_claims: Annotated[
+        bool,
+        typer.Option(
+            "--trace-claims",
+            help="Also make an OpenTelemetry span per claim (with tracing set up by --app). "
+            "Default: off — an idle worker's polls would outnumber its steps' spans.",
+        ),
+    ] = False,
 ) -> None:
     """Run steps from the database until SIGINT/SIGTERM (a second signal exits at once).
 
@@ -199,6 +207,7 @@ def worker(
         worker_threads=concurrency,
         log_format=log_format,
         log_level=log_level,
+        trace_claims=trace_claims,
     )
     try:
         running = Worker(

@@ -186,12 +186,17 @@ def load_app(
     worker_threads: int | None = None,
     log_format: str = "text",
     log_level: str = "INFO",
+    trace_claims: bool = False,
 ) -> Settings:
     """The prelude of every long-running command: logging, the app's workflows, the engine
-    (for a worker: sized for its threads, see :func:`engine`)."""
+    (for a worker: sized for its threads, see :func:`engine`). ``trace_claims`` turns claim
+    spans on; off, the app's own ``configure(trace_claims=…)`` stands."""
     from geneva_drive.runtime.configure import configure
 
     setup_logging(log_format, log_level)
     for spec in modules or []:
         import_app(spec)
-    return configure(engine=engine(database_url, worker=worker, worker_threads=worker_threads))
+    changes = {"trace_claims": True} if trace_claims else {}
+    return configure(
+        engine=engine(database_url, worker=worker, worker_threads=worker_threads), **changes
+    )

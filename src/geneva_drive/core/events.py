@@ -3,10 +3,12 @@
 Events: ``precondition``, ``step`` and ``finalize`` (payloads as in the gem: ``execution_id``,
 ``workflow_id``, ``workflow_class``, ``step_name``, ``resumable`` for resumable steps, plus an
 ``outcome`` / state; ``step`` also has ``queue``, ``due_at`` and ``started_at``), ``gauge`` and
-``housekeeping`` (``runtime.housekeeping``), ``claim`` (a claim query found a row),
-``recovery`` (``workflow_class``, ``step_name``, ``reason``: ``lease_expired``,
-``stuck_in_progress``, ``stuck_scheduled`` or ``other``), ``signal`` (``workflow_class``,
-``duplicate``) and ``timeout`` (``workflow_class``, ``step_name``, ``on_timeout``).
+``housekeeping`` (``runtime.housekeeping``), ``claim`` (a claim found a row: a claim query,
+or a completion that started another workflow's step, ``queries.handover``), ``recovery``
+(``workflow_class``, ``step_name``, ``reason``: ``lease_expired``, ``stuck_in_progress``,
+``stuck_scheduled`` or ``other``), ``signal`` (``workflow_class``,
+``duplicate``) and ``timeout`` (``workflow_class``, ``step_name``, ``on_timeout``); these
+three are emitted once the transaction that did the thing commits, never if it rolls back.
 Subscribers are plain callables ``fn(name, payload)``; a subscriber that raises is logged and
 ignored — instrumentation must never change what a workflow does. With no subscriber an event
 costs one dictionary look-up: a caller that builds a payload only for it asks :func:`active`.

@@ -77,8 +77,16 @@ class Settings:
     # OpenTelemetry spans of steps (engine.tracing): True uses the application's global tracer
     # provider when it has configured one; False turns them off; a TracerProvider uses that.
     tracing: Any = True
+    # A span per claim (engine.tracing.claim_span) as well, when tracing is on: off by
+    # default, as a worker's idle polls would outnumber its steps' spans.
+    trace_claims: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.trace_claims, bool):
+            raise StepConfigurationError(
+                f"configure(trace_claims={self.trace_claims!r}): expected True or False, e.g. "
+                "configure(trace_claims=True) for a span per claim"
+            )
         if not isinstance(self.tracing, bool) and not callable(
             getattr(self.tracing, "get_tracer", None)
         ):

@@ -7,10 +7,9 @@ the DBAPI; ``AsyncSession.run_sync(fn)`` runs ``fn`` on that ``Session`` in a gr
 each statement it sends awaits the driver on the event loop. So a twin runs the very
 statements, row locks, uniqueness checks and decisions of its sync verb — written once, so
 they cannot drift apart — in the caller's transaction: nothing here commits. The wake-ups
-are ``after_commit``/``after_soft_rollback`` listeners on that same ``Session``
-(``engine.wakeups``), and ``await session.commit()`` commits it: a worker is woken by the
-async commit and never by a rollback. An error the verb raises comes out of ``run_sync``
-unchanged (same class, same message).
+are after-commit actions on that same ``Session`` (``engine.committed``), and ``await
+session.commit()`` commits it: a worker is woken by the async commit and never by a rollback.
+An error the verb raises comes out of ``run_sync`` unchanged (same class, same message).
 
 Mixing the two is a ``TypeError`` before anything is written, naming the call to use: a sync
 ``Session`` given to a twin, an ``AsyncSession`` given to a sync verb.

@@ -24,7 +24,7 @@ from geneva_drive.core import events
 from geneva_drive.core.settings import Settings
 from geneva_drive.core.states import WorkflowState
 from geneva_drive.definition.limits import limits_of
-from geneva_drive.engine import outcomes, prepare, scheduling, writer
+from geneva_drive.engine import outcomes, prepare, scheduling, tracing, writer
 from geneva_drive.engine.prepare import Prepared, execution_payload
 from geneva_drive.engine.run_options import RunOptions
 from geneva_drive.engine.step_errors import STEP_ERRORS
@@ -211,6 +211,7 @@ def hand_over(
     done: dict[str, Any],
     scope: ClaimScope,
     options: RunOptions,
+    config: Settings,
     now: datetime,
 ) -> queries.Handover | None:
     """A workflow's last completion, the next claim and, when phase 1 is certain to start
@@ -254,9 +255,21 @@ def hand_over(
         alone=_starts_directly(type(prepared.workflow)),
         wide=wide,
     )
-    handover = completer.finish_and_start_next(
-        session, prepared.workflow, after.navigation, as_started, prepared.execution, done, claim
-    )
+    with tracing.claim_span(config) as span:
+        handover = completer.finish_and_start_next(
+            session,
+            prepared.workflow,
+            after.navigation,
+            as_started,
+            prepared.execution,
+            done,
+            claim,
+        )
+        span.handed_over(handover)
+    # Counted as claims are once started here; a row it claimed but may not start is counted
+    # by the ordinary claim that takes it.
+    if handover is not None and handover.started is not None and events.active("claim"):
+        events.emit("claim", {})
     if handover is not None and not wide and not handover.claimed:
         handovers.narrow_missed = True
     return handover

@@ -276,7 +276,7 @@ def _complete(
     holds = prepared.holds  # a slot to free in this transaction: it must not commit early
     if after.step is None and then_claim is not None and holds is None:
         handover = chaining.hand_over(
-            session, completer, prepared, after, as_started, done, then_claim, options, now
+            session, completer, prepared, after, as_started, done, then_claim, options, config, now
         )
     if handover is not None:
         wrote_workflow, wrote_execution = handover.wrote_workflow, handover.wrote_execution

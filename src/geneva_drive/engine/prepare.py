@@ -22,7 +22,7 @@ from geneva_drive.core.settings import Settings
 from geneva_drive.core.states import ExecutionState, WorkflowState
 from geneva_drive.definition.limits import limits_of
 from geneva_drive.definition.workflow import as_workflow
-from geneva_drive.engine import children, limits, outcomes, signals, writer
+from geneva_drive.engine import children, limits, outcomes, signals, tracing, writer
 from geneva_drive.engine.run_options import RunOptions
 from geneva_drive.engine.step_errors import STEP_ERRORS, error_plan
 from geneva_drive.storage import queries
@@ -148,12 +148,14 @@ def claim(
     session: Session, config: Settings, scope: ClaimScope, claim_id: int | None
 ) -> tuple[int, int] | None:
     now = config.clock.now()
-    if claim_id is None and scope.fair:
-        claimed = fairness.claim_fairly(session, now, scope)
-    elif claim_id is None:
-        claimed = queries.claim_due_execution(session, now, scope)
-    else:
-        claimed = queries.claim_execution(session, claim_id, now, scope)
+    with tracing.claim_span(config) as span:
+        if claim_id is None and scope.fair:
+            claimed = fairness.claim_fairly(session, now, scope)
+        elif claim_id is None:
+            claimed = queries.claim_due_execution(session, now, scope)
+        else:
+            claimed = queries.claim_execution(session, claim_id, now, scope)
+        span.claimed(claimed)
     if claimed is not None and events.active("claim"):
         events.emit("claim", {})
     return claimed

@@ -23,6 +23,7 @@ after which a late signal is simply buffered. The stray sweep cancels both rows 
 from __future__ import annotations
 
 from datetime import datetime
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import inspect as sa_inspect
@@ -46,6 +47,7 @@ from geneva_drive.core.states import (
 )
 from geneva_drive.definition.matchers import SignalMatcher, unknown_signal
 from geneva_drive.engine import outcomes, tracing, writer
+from geneva_drive.engine.committed import after_commit
 from geneva_drive.engine.wakeups import (
     enqueue_after_commit,
     enqueued_step,
@@ -91,11 +93,12 @@ def deliver_signal(
     savepoint — so the caller's transaction stays usable and the call can simply be retried.
     """
     signal = _deliver(workflow, name, payload, idempotency_key, allow_unknown)
-    if events.active("signal"):
-        events.emit(
-            "signal",
-            {"workflow_class": type(workflow).__name__, "duplicate": signal.duplicate_delivery},
-        )
+    if events.active("signal"):  # counted once committed: a rolled-back delivery never was
+        counted = {
+            "workflow_class": type(workflow).__name__,
+            "duplicate": signal.duplicate_delivery,
+        }
+        after_commit(workflow.session, partial(events.emit, "signal", counted))
     return signal
 
 
@@ -529,12 +532,10 @@ def fire_timeout(session: Session, workflow: Workflow, timer: StepExecution, now
     session.flush()
     # Logged by the writer (engine.state_log), with what follows.
     writer.apply(session, workflow, parked, outcomes.for_timed_out_wait(action), now)
-    if events.active("timeout"):
-        events.emit(
-            "timeout",
-            {
-                "workflow_class": type(workflow).__name__,
-                "step_name": parked.step_name,
-                "on_timeout": action,
-            },
-        )
+    if events.active("timeout"):  # counted once committed, as the writer's log line is
+        counted = {
+            "workflow_class": type(workflow).__name__,
+            "step_name": parked.step_name,
+            "on_timeout": action,
+        }
+        after_commit(session, partial(events.emit, "timeout", counted))

@@ -5,7 +5,8 @@ application, each step execution is a span ``geneva_drive.step <Class>.<step>``.
 stores the W3C traceparent active when it runs on the workflow row, ``signal()`` on the signal
 row (``storage.models``); a step's span is parented by its workflow's stored context, so the
 request that started a workflow and its steps days later are one trace, and links to the
-context of the signal that woke it.
+context of the signal that woke it. With ``configure(trace_claims=True)`` each claim is a
+span too (:func:`claim_span`), a trace of its own; off by default.
 
 Off — ``configure(tracing=False)``, ``opentelemetry`` not imported by the application, or no
 provider configured (the API's default proxy) — every function here returns at its first
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import time
 from contextlib import AbstractContextManager
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -27,10 +29,12 @@ if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
     from geneva_drive.engine.prepare import Prepared
+    from geneva_drive.storage.queries.handover import Handover
 
 TRACER_NAME = "geneva_drive"
 _OFF: AbstractContextManager[None] = contextlib.nullcontext()
 _api: ModuleType | None = None  # opentelemetry.trace, once the application has imported it
+_context_api: Any = None  # opentelemetry.context, with it (an import statement per span costs)
 _no_sdk: tuple[type, ...] = ()  # the API's own providers, which make no spans
 # The tracer of the provider last asked: the SDK builds a new one on every get_tracer()
 # (a tenth of a millisecond), and a process has one provider.
@@ -44,12 +48,13 @@ def _trace_api() -> ModuleType | None:
     (so has ``opentelemetry-instrument``), and one that did not would pay for the import —
     tens of milliseconds — for spans nobody records.
     """
-    global _api, _no_sdk
+    global _api, _context_api, _no_sdk
     if isinstance(_api, ModuleType):
         return _api
     trace = sys.modules.get("opentelemetry.trace")
     if trace is None:
         return None
+    _context_api = sys.modules["opentelemetry.context"]  # imported by opentelemetry.trace
     _api, _no_sdk = trace, (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
     return trace
 
@@ -95,6 +100,23 @@ def _span_context(api: ModuleType, traceparent: str | None) -> Any:
     return context if context.is_valid else None
 
 
+# The parent context of the last stored traceparent: a workflow's steps, run one after the
+# other, share it, and parsing it into a context is a tenth of a span's cost.
+_last_parent: tuple[str | None, Any] = (None, None)
+
+
+def _parent_context(api: ModuleType, traceparent: str | None) -> Any:
+    """The context to start a span in as a child of a stored traceparent (None: a root)."""
+    global _last_parent
+    last, context = _last_parent
+    if traceparent == last:
+        return context
+    parent = _span_context(api, traceparent)
+    context = api.set_span_in_context(api.NonRecordingSpan(parent)) if parent else None
+    _last_parent = (traceparent, context)
+    return context
+
+
 def step_span(
     session: Session, prepared: Prepared, config: Settings, payload: dict[str, Any]
 ) -> AbstractContextManager[None]:
@@ -117,13 +139,10 @@ class _StepSpan:
         self.span: Any = None
 
     def __enter__(self) -> None:
-        from opentelemetry import context as context_api
-
         api = _trace_api()
         assert api is not None
         workflow, execution = self.prepared.workflow, self.prepared.execution
         identity = self.prepared.identity
-        parent = _span_context(api, workflow.trace_context)
         signal = self.prepared.signal
         linked = _span_context(api, signal.trace_context) if signal is not None else None
         attributes = {
@@ -131,7 +150,9 @@ class _StepSpan:
             "geneva_drive.workflow.id": identity["workflow_id"],
             "geneva_drive.execution.id": identity["execution_id"],
             "geneva_drive.step": identity["step_name"],
-            "geneva_drive.attempt": self._attempt(execution),
+            # Read on the step's connection, without a flush (what a before-step hook
+            # changed is flushed with the step's end).
+            "geneva_drive.attempt": queries.attempt_number(self.session, execution),
             "geneva_drive.queue": execution.queue or "default",
             "geneva_drive.hero.type": workflow.hero_type or "",
             "geneva_drive.hero.id": workflow.hero_id or "",
@@ -142,22 +163,15 @@ class _StepSpan:
         # manager that costs about as much again.
         self.span = self.tracer.start_span(
             f"geneva_drive.step {identity['workflow_class']}.{identity['step_name']}",
-            context=api.set_span_in_context(api.NonRecordingSpan(parent)) if parent else None,
+            context=_parent_context(api, workflow.trace_context),
             links=[api.Link(linked, {"geneva_drive.link": "signal"})] if linked else None,
             attributes=attributes,
             record_exception=False,
             set_status_on_exception=False,
         )
-        self.token = context_api.attach(api.set_span_in_context(self.span))
-
-    def _attempt(self, execution: Any) -> int:
-        # No autoflush: a flush of what a before-step hook changed belongs to the step's end.
-        with self.session.no_autoflush:
-            return queries.attempt_number(self.session, execution)
+        self.token = _context_api.attach(api.set_span_in_context(self.span))
 
     def __exit__(self, *exc: Any) -> None:
-        from opentelemetry import context as context_api
-
         api = _trace_api()
         assert api is not None
         self.span.set_attribute("geneva_drive.outcome", str(self.payload.get("outcome", "")))
@@ -165,5 +179,107 @@ class _StepSpan:
         if isinstance(error, BaseException):
             self.span.record_exception(error)
             self.span.set_status(api.Status(api.StatusCode.ERROR, type(error).__name__))
-        context_api.detach(self.token)
+        _context_api.detach(self.token)
         self.span.end()
+
+
+# -- claims (``configure(trace_claims=True)``) ---------------------------------------------
+
+
+class _NoClaimSpan:
+    """What :func:`claim_span` gives when claims are not traced: nothing is recorded."""
+
+    def __enter__(self) -> _NoClaimSpan:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+    def claimed(self, claimed: tuple[int, int] | None) -> None:
+        return None
+
+    def handed_over(self, handover: Handover | None) -> None:
+        return None
+
+
+_NO_CLAIM_SPAN = _NoClaimSpan()
+
+
+def claim_span(config: Settings) -> _NoClaimSpan:
+    """A span ``geneva_drive.claim`` around one claim, when ``config.trace_claims`` and tracing
+    are on; tell it what was claimed with ``claimed((execution_id, workflow_id) or None)``
+    or, for a completion that claims (``queries.handover``), ``handed_over(handover)`` — None,
+    nothing was sent: no span. Each claim is a trace of its own: an idle worker's polls
+    would otherwise bury its steps' spans. Otherwise the shared no-op (one attribute read)."""
+    if not config.trace_claims:
+        return _NO_CLAIM_SPAN
+    tracer = _tracer(config)
+    return _NO_CLAIM_SPAN if tracer is None else _ClaimSpan(tracer)
+
+
+class _ClaimSpan(_NoClaimSpan):
+    """Made once the claim has said what it did, with the time it began: a completion that
+    turns out to send no claim makes no span."""
+
+    def __init__(self, tracer: Any) -> None:
+        self.tracer = tracer
+        self.began = 0
+        self.span: Any = None
+
+    def __enter__(self) -> _ClaimSpan:
+        self.began = time.time_ns()
+        return self
+
+    def claimed(self, claimed: tuple[int, int] | None) -> None:
+        if claimed is None:
+            self._start("claim", 0, "empty")
+        else:
+            self._start("claim", 1, "claimed", *claimed)
+
+    def handed_over(self, handover: Handover | None) -> None:
+        if handover is None:
+            return
+        if handover.started is not None:
+            row, execution = handover.started
+            self._start("handover", 1, "claimed", execution.id, row.id)
+        elif handover.claimed:  # a step it may not start: left to an ordinary claim
+            self._start("handover", 1, "declined")
+        else:
+            self._start("handover", 0, "empty")
+
+    def _start(
+        self,
+        via: str,
+        count: int,
+        outcome: str,
+        execution_id: int | None = None,
+        workflow_id: int | None = None,
+    ) -> None:
+        attributes: dict[str, Any] = {
+            "geneva_drive.claim.via": via,
+            "geneva_drive.claim.count": count,
+            "geneva_drive.claim.outcome": outcome,
+        }
+        if execution_id is not None:
+            attributes["geneva_drive.execution.id"] = execution_id
+            attributes["geneva_drive.workflow.id"] = workflow_id
+        # A root: the claim belongs to no request, and a step's span is parented by its own
+        # workflow's context (see _StepSpan), not by the claim that found it.
+        self.span = self.tracer.start_span(
+            "geneva_drive.claim",
+            context=_context_api.Context(),
+            attributes=attributes,
+            start_time=self.began,
+        )
+
+    def __exit__(self, *exc: Any) -> None:
+        error = exc[1]
+        if error is not None:
+            api = _trace_api()
+            assert api is not None
+            if self.span is None:
+                self._start("claim", 0, "error")
+            self.span.record_exception(error)
+            self.span.set_status(api.Status(api.StatusCode.ERROR, type(error).__name__))
+        if self.span is not None:
+            self.span.end()

@@ -11,22 +11,21 @@ from __future__ import annotations
 
 import dataclasses
 from datetime import datetime, timedelta
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import event
 from sqlalchemy.orm import Session
 
 from geneva_drive.core.ports import EnqueuedStep, notifies_in_transaction
 from geneva_drive.core.settings import Settings, enqueues_deferred, settings_of
+from geneva_drive.engine.committed import after_commit
 from geneva_drive.storage import queries
-from geneva_drive.storage.queries.bypass import connection_of, inside
+from geneva_drive.storage.queries.bypass import connection_of
 
 if TYPE_CHECKING:
     from geneva_drive.definition.workflow import Workflow
     from geneva_drive.storage.models import StepExecution
 
-_PENDING = "geneva_drive_pending_enqueues"
-_LISTENING = "geneva_drive_listening"
 # A row due within this margin counts as due now: its queue is notified at commit (a clock a
 # little ahead costs little; a worker woken slightly early just sleeps until the row's due time).
 DUE_NOW_MARGIN = timedelta(seconds=1)
@@ -51,56 +50,29 @@ def enqueue_after_commit(session: Session, step: EnqueuedStep) -> None:
     """Hand ``step`` to the session's backend once ``session``'s transaction commits.
 
     The backend is that of the settings the session was made from (a ``Worker(config=…)``'s
-    own), read now: the settings in force at commit time may be other ones.
+    own), read now: the settings in force at commit time may be other ones. The wake-up is
+    one of ``engine.committed``'s after-commit actions: sent at the outermost commit, in the
+    order written with the log lines and counts of the same transaction, and dropped with
+    the (savepoint) transaction that wrote its row if that rolls back.
     """
     config = settings_of(session)
     if not enqueues_deferred(config) or not session.in_transaction():
-        _deliver([(step, config)])
+        _deliver(step, config)
         return
     step = wake_with_commit(session, step)  # PostgreSQL: NOTIFY with the caller's commit
-    if _LISTENING not in session.info:
-        # Per-session listeners (nothing global is installed); they stay for the session's
-        # life because SQLAlchemy forbids removing a listener while it is being dispatched.
-        session.info[_LISTENING] = True
-        event.listen(session, "after_commit", _after_commit)
-        event.listen(session, "after_soft_rollback", _after_soft_rollback)
-    # Remember the (innermost) transaction that wrote the row: a rolled-back savepoint
-    # drops only its own wake-ups.
-    transaction = session.get_nested_transaction() or session.get_transaction()
-    session.info.setdefault(_PENDING, []).append((transaction, (step, config)))
+    after_commit(session, partial(_deliver, step, config))
 
 
-def _detach(session: Session) -> list[tuple[EnqueuedStep, Settings]]:
-    pending: list[tuple[Any, tuple[EnqueuedStep, Settings]]] = session.info.pop(_PENDING, None)
-    return [delivery for _, delivery in pending or []]
-
-
-def _after_commit(session: Session) -> None:
-    # SQLAlchemy also fires after_commit when a savepoint is released; only the outermost
-    # commit makes the rows visible to workers.
-    if session.in_nested_transaction():
+def _deliver(step: EnqueuedStep, config: Settings) -> None:
+    if config.backend is None:
         return
-    _deliver(_detach(session))
-
-
-def _after_soft_rollback(session: Session, rolled_back: Any) -> None:
-    # The rows written in the rolled-back transaction (or savepoints inside it) never
-    # existed: nothing to wake for them.
-    pending = session.info.get(_PENDING) or []
-    session.info[_PENDING] = [(tx, step) for tx, step in pending if not inside(tx, rolled_back)]
-
-
-def _deliver(deliveries: list[tuple[EnqueuedStep, Settings]]) -> None:
-    for step, config in deliveries:
-        if config.backend is None:
-            continue
-        try:
-            config.backend.enqueue(step)
-        except Exception:  # the row is committed; housekeeping/dispatch will pick it up
-            config.logger.exception(
-                "enqueue of execution %s failed; it stays scheduled and will be recovered",
-                step.execution_id,
-            )
+    try:
+        config.backend.enqueue(step)
+    except Exception:  # the row is committed; housekeeping/dispatch will pick it up
+        config.logger.exception(
+            "enqueue of execution %s failed; it stays scheduled and will be recovered",
+            step.execution_id,
+        )
 
 
 # -- the wake-up with the caller's commit --------------------------------------------------

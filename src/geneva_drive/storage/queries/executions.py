@@ -330,20 +330,40 @@ def execution_history(session: Session, workflow_id: int) -> Sequence[StepExecut
 def attempt_number(session: Session, execution: StepExecution) -> int:
     """Which run of its step ``execution`` is in its workflow, counted as ``admin.show``'s
     timeline does: the step's executions up to and including it by (created_at, id), timers
-    (rows that time a wait out) not counted. For a span's attribute, read only when tracing."""
-    stmt = select(StepExecution.metadata_json).where(
-        StepExecution.workflow_id == execution.workflow_id,
-        StepExecution.step_name == execution.step_name,
+    (rows that time a wait out) not counted. For a span's attribute, read only when tracing.
+
+    Most steps run once: a count of those rows, one statement built once and sent directly
+    on the session's connection (no flush), answers 1 for them; only a step with earlier
+    rows reads them, to leave the timers out."""
+    params = {
+        "workflow_id": execution.workflow_id,
+        "step_name": execution.step_name,
+        "created_at": execution.created_at,
+        "id": execution.id,
+    }
+    connection = connection_of(session)
+    counted = execute_direct(connection, _attempt_stmts()[0], params)
+    if counted is None or counted[0] <= 1:
+        return 1
+    rows = connection.execute(_attempt_stmts()[1], params)
+    runs = sum(1 for (meta,) in rows if TIMEOUT_FOR not in (meta or {}))
+    return max(runs, 1)
+
+
+@functools.cache
+def _attempt_stmts() -> tuple[Any, Any]:
+    """(the count of the step's rows up to the execution, their metadata)."""
+    table = StepExecution.__table__
+    created_at = bindparam("created_at", type_=table.c.created_at.type)
+    up_to = and_(
+        table.c.workflow_id == bindparam("workflow_id"),
+        table.c.step_name == bindparam("step_name"),
         or_(
-            StepExecution.created_at < execution.created_at,
-            and_(
-                StepExecution.created_at == execution.created_at,
-                StepExecution.id <= execution.id,
-            ),
+            table.c.created_at < created_at,
+            and_(table.c.created_at == created_at, table.c.id <= bindparam("id")),
         ),
     )
-    runs = sum(1 for (meta,) in session.execute(stmt) if TIMEOUT_FOR not in (meta or {}))
-    return max(runs, 1)
+    return select(func.count()).where(up_to), select(table.c.metadata).where(up_to)
 
 
 def consecutive_reattempt_count(session: Session, workflow_id: int, step_name: str) -> int:
