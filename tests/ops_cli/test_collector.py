@@ -6,14 +6,18 @@ and ``main()`` gives the collector back to an in-process caller."""
 
 from __future__ import annotations
 
-import gc
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
-from geneva_drive import admin
-from geneva_drive.cli import main
+import geneva_drive
 from geneva_drive.cli.collector import pauses_collector
 from tests.ops_cli.test_commands import _ready
+
+SRC = Path(geneva_drive.__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize(
@@ -50,23 +54,42 @@ def test_every_other_command_keeps_the_collector(args):
     assert not pauses_collector(args)
 
 
-def test_list_runs_without_the_collector_and_main_gives_it_back(
-    session, installed_database_url, monkeypatch
-):
+# Runs in a fresh interpreter, as the console script does: there `geneva_drive.cli.main` is
+# still the function (once the `cli.main` submodule is imported, the name is the module).
+PROBE = """
+import gc, sys
+from geneva_drive import admin
+from geneva_drive.cli import main
+
+seen = []
+find = admin.find  # imported now, so the lazy loader does not undo the patch
+
+
+def recording_find(*args, **kwargs):
+    seen.append(gc.isenabled())
+    return find(*args, **kwargs)
+
+
+admin.find = recording_find
+enabled_before = gc.isenabled()
+try:
+    main(["list", "--database-url", sys.argv[1]])
+except SystemExit as ended:
+    print(enabled_before, ended.code, seen, gc.isenabled())
+"""
+
+
+def test_list_runs_without_the_collector_and_main_gives_it_back(session, installed_database_url):
     _ready(session)
-    seen: list[bool] = []
-    find = admin.find
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")]))
 
-    def recording_find(*args, **kwargs):
-        seen.append(gc.isenabled())
-        return find(*args, **kwargs)
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, installed_database_url],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
-    monkeypatch.setattr(admin, "find", recording_find)
-    assert gc.isenabled()
-
-    with pytest.raises(SystemExit) as ended:
-        main(["list", "--database-url", installed_database_url])
-
-    assert ended.value.code == 0
-    assert seen == [False]
-    assert gc.isenabled()
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "True 0 [False] True"
