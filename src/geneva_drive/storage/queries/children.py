@@ -19,7 +19,6 @@ from sqlalchemy.orm import Session
 from geneva_drive.core.states import TERMINAL_WORKFLOW_STATES, WorkflowState
 from geneva_drive.storage.models import StepExecution, WorkflowColumns, workflows_table
 from geneva_drive.storage.queries._sql import workflow_model
-from geneva_drive.storage.queries.bypass import mark_written_if_loaded
 
 
 def find_child(session: Session, parent_id: int, key: str) -> WorkflowColumns | None:
@@ -149,6 +148,10 @@ def count_child_end(session: Session, parent_id: int, *, failed: bool) -> Any:
     else:
         row = None
     if row is not None:
+        # Imported here: `show` reads a family through this module and writes nothing (the
+        # engine's ORM bypass is ~20 ms of a command's start-up, issue 42).
+        from geneva_drive.storage.queries.bypass import mark_written_if_loaded
+
         counters = ("children_started", "children_ended", "children_failed")
         mark_written_if_loaded(
             session, workflow_model(), parent_id, {k: getattr(row, k) for k in counters}
