@@ -16,12 +16,23 @@ evidence of what a command loads. JSON lines on stdout; progress on stderr.
 libraries), for a before/after on the same host. Given more than once, the trees take turns
 run by run (old, new, old, new, …), so a host whose load moves during the measurement moves
 every tree's numbers alike; each row then names its ``src``.
+
+Every tree runs from its compiled bytecode, as an installed package does (pip compiles each
+module when it installs it): each tree gets a ``PYTHONPYCACHEPREFIX`` of its own in the
+temporary directory, filled by the warm-up run, whatever ``PYTHONDONTWRITEBYTECODE`` says.
+Until 2026-12-05 evening the shells here set it, and every run compiled geneva-drive's ~40
+modules from source (~30 ms of a ``list``).
+
+``--instructions`` also counts each command's instructions once per tree under valgrind's
+callgrind (the whole process, start-up included): unlike the wall and CPU times, the host's
+load does not move them.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import resource
 import statistics
 import subprocess
@@ -69,11 +80,15 @@ def main() -> None:
         "--src", type=Path, action="append", help="a tree to measure (repeat: alternate them)"
     )
     parser.add_argument("--top", type=int, default=8, help="import-time offenders to list")
+    parser.add_argument(
+        "--instructions", action="store_true", help="count each command's under callgrind"
+    )
     args = parser.parse_args()
 
     trees = [src.resolve() for src in args.src or [REPO / "src"]]
     env = dict(os.environ, PYTHONPATH=str(trees[0]))
     env.pop("GENEVA_DRIVE_DATABASE_URL", None)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     script = str(Path(sys.executable).parent / "geneva-drive")
     with tempfile.TemporaryDirectory(prefix="gd-cli-start-") as workdir:
         url = f"sqlite:///{workdir}/cli.db"
@@ -83,13 +98,21 @@ def main() -> None:
             [sys.executable, "-c", SEED, url], env=env, check=True, capture_output=True, text=True
         )
         workflow_id = seeded.stdout.strip()
-        envs = {tree: dict(env, PYTHONPATH=str(tree)) for tree in trees}
+        envs = {
+            tree: dict(env, PYTHONPATH=str(tree), PYTHONPYCACHEPREFIX=f"{workdir}/pyc-{n}")
+            for n, tree in enumerate(trees)
+        }
         emit(kind="setup", machine=machine(), src=[str(t) for t in trees], runs=args.runs, url=url)
         for name, argv in COMMANDS.items():
             argv = [workflow_id if a == "1" and name.startswith("show") else a for a in argv]
             timings = time_command([script, *argv], envs=envs, runs=args.runs, cwd=workdir)
             for tree, tree_env in envs.items():
                 offenders = import_offenders(argv, env=tree_env, cwd=workdir, top=args.top)
+                counted = (
+                    instructions([script, *argv], env=tree_env, cwd=workdir)
+                    if args.instructions
+                    else None
+                )
                 walls = [wall for wall, _ in timings[tree]]
                 cpu_ms = statistics.median(cpu for _, cpu in timings[tree]) * 1000
                 emit(
@@ -99,11 +122,13 @@ def main() -> None:
                     median_ms=round(statistics.median(walls) * 1000),
                     max_ms=round(max(walls) * 1000),
                     cpu_median_ms=round(cpu_ms),
+                    instructions=counted,
                     loadavg=os.getloadavg(),
                     import_top_ms=offenders,
                 )
                 median_ms = statistics.median(walls) * 1000
-                log(f"{name:<18} median {median_ms:6.0f} ms  CPU {cpu_ms:6.0f} ms  {tree}")
+                count = "" if counted is None else f"  {counted / 1e6:7.1f} M instr"
+                log(f"{name:<18} median {median_ms:6.0f} ms  CPU {cpu_ms:6.0f} ms{count}  {tree}")
 
 
 def time_command(
@@ -125,6 +150,22 @@ def time_command(
             cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
             timings[tree].append((wall, cpu))
     return timings
+
+
+def instructions(command: list[str], *, env: dict[str, str], cwd: str) -> int:
+    """The instructions ``command`` executes, counted by callgrind (needs valgrind)."""
+    done = subprocess.run(
+        ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *command],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    found = re.search(r"Collected : (\d+)", done.stderr)
+    if done.returncode != 0 or found is None:
+        raise SystemExit(f"{command} under valgrind failed:\n{done.stderr[-2000:]}")
+    return int(found.group(1))
 
 
 def import_offenders(argv: list[str], *, env: dict[str, str], cwd: str, top: int) -> dict:

@@ -193,3 +193,12 @@ def test_a_query_run_before_anything_imported_the_dsl_finds_the_workflows_table(
         "    assert stats(session).by_class_state == (('ImportWeightProbe', 'ready', 1),)\n"
     )
     loaded_after(code, tmp_path)
+
+
+@pytest.mark.parametrize(
+    "args", [("list", "--limit", "50"), ("show", "1"), ("stats",)], ids=["list", "show", "stats"]
+)
+def test_reading_commands_load_no_emoji_table(database, args, tmp_path):
+    # Rich's table of emoji codes (~2 ms): a table of data replaces no ":name:" codes.
+    code = command(*args, "--database-url", database)
+    assert loaded_after(code, tmp_path, ("rich._emoji_codes", "rich")) == {"rich"}

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from sqlalchemy import text
 
+from geneva_drive import Workflow, step
+from geneva_drive.testing import speedrun
 from tests.ops_cli._support import invoke, invoke_json
 from tests.ops_cli.test_commands import _paused, _ready, _state
 
@@ -50,3 +52,29 @@ def test_a_signal_whose_payload_holds_nul_is_refused_and_stores_nothing(
     session.commit()
     count = session.execute(text("SELECT count(*) FROM geneva_drive_signals")).scalar_one()
     assert count == 0
+
+
+class OpsBracketed(Workflow):
+    """Fails with a message that reads as Rich markup and emoji codes."""
+
+    may_proceed_without_hero = True
+
+    @step
+    def parse(self) -> None:
+        raise KeyError(MARKUP_LIKE)
+
+
+MARKUP_LIKE = "[bold]row[/bold] :thumbs_up: [/x]"
+
+
+def test_show_prints_an_error_that_reads_as_markup_as_it_was_raised(
+    session, installed_database_url
+):
+    workflow = OpsBracketed.create(session)
+    speedrun(workflow, raise_errors=False)
+    session.commit()
+
+    result = invoke(installed_database_url, "show", str(workflow.id))
+
+    assert result.exit_code == 0, result.output  # "[/x]", a closing tag of nothing, raised
+    assert MARKUP_LIKE in result.output  # not bold, no emoji, nothing dropped

@@ -7,6 +7,11 @@ from collections.abc import Sequence
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    from geneva_drive.cli.main import main as run
+    import sys
 
-    run(argv)
+    from geneva_drive.cli.collector import collector_paused
+
+    with collector_paused(sys.argv[1:] if argv is None else argv):  # before the imports
+        from geneva_drive.cli.main import main as run
+
+        run(argv)
