@@ -21,7 +21,10 @@ Deadlocks: the lock order is the workflow row (the claim's), then a rate key's r
 slot rows in slot order. A transaction that freed a slot never waits for another lock: phase
 3 frees last, and a step it then starts (chaining, ``chaining``) takes only a slot free at
 once (``SKIP LOCKED``) and is never rate-limited; without a free slot the row is left due for
-an ordinary claim, which parks it.
+an ordinary claim, which parks it. A key's slot rows are created by the first takers, and
+those may deadlock each other: no savepoint is used (InnoDB undoes the whole transaction on
+a deadlock, and the savepoint's rollback then failed in its place), so the error stays a
+deadlock, phase 1 is rolled back whole, and the worker claims again (``runtime.worker``).
 
 A slot left behind (its holder ended by a path that does not free it, or deleted by
 retention) is *stale*: its execution is no longer in progress, and the next taker that finds

@@ -712,9 +712,7 @@ class LimitSlot(Base):
     workflow_id: Mapped[int | None] = mapped_column(Id)
     taken_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
 
-    __table_args__ = (
-        Index("ix_geneva_drive_limit_slots_execution", "execution_id", unique=True),
-    )
+    __table_args__ = (Index("ix_geneva_drive_limit_slots_execution", "execution_id", unique=True),)
 
 
 class LimitWaiter(Base):
@@ -743,6 +741,4 @@ class RateStart(Base):
     started_at: Mapped[datetime] = mapped_column(UTCDateTime())
     execution_id: Mapped[int] = mapped_column(Id)
 
-    __table_args__ = (
-        Index("ix_geneva_drive_rate_starts_key", "key", "started_at"),
-    )
+    __table_args__ = (Index("ix_geneva_drive_rate_starts_key", "key", "started_at"),)

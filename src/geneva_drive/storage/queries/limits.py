@@ -20,7 +20,6 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import and_, delete, func, insert, select, update
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from geneva_drive.core.states import ExecutionState
@@ -35,19 +34,17 @@ from geneva_drive.storage.models import (
 from geneva_drive.storage.queries._sql import in_state, workflow_model
 
 
-def _insert_skipping_conflicts(session: Session, table: Any, rows: list[dict[str, Any]]) -> None:
-    """Insert ``rows``, skipping those a concurrent transaction inserted first (it waits for
-    that one to commit). MySQL/MariaDB have no ``ON CONFLICT``: one row per savepoint."""
-    dialect = dialect_of(session)
-    if dialect.skips_conflicting_inserts:
-        session.execute(dialect.insert_skipping_conflicts(table), rows)
-        return
-    for row in rows:
-        try:
-            with session.begin_nested():
-                session.execute(insert(table).values(row))
-        except IntegrityError:
-            pass  # inserted by another transaction meanwhile
+def _create_rows(session: Session, table: Any, rows: list[dict[str, Any]]) -> None:
+    """Insert ``rows``, keeping those a concurrent transaction inserted first (it waits for
+    that one to commit), in one statement and in the order given (slot order: two creators
+    wait for each other's rows in the same order, never in a cycle).
+
+    No savepoint: InnoDB undoes the whole transaction on a deadlock, savepoints included, so
+    a savepoint around the insert turned a deadlock into "SAVEPOINT … does not exist". A
+    deadlock here is now what it is: a transient error that abandons the claim (phase 1 is
+    rolled back, nothing recorded, and the row is claimed again).
+    """
+    session.execute(dialect_of(session).insert_keeping_existing(table), rows)
 
 
 def lock_key(session: Session, kind: str, key: str, now: datetime) -> None:
@@ -61,7 +58,7 @@ def lock_key(session: Session, kind: str, key: str, now: datetime) -> None:
     locking = select(table.c.kind).where(table.c.kind == kind, table.c.key == key).with_for_update()
     if session.execute(locking).first() is not None:
         return
-    _insert_skipping_conflicts(session, table, [{"kind": kind, "key": key, "created_at": now}])
+    _create_rows(session, table, [{"kind": kind, "key": key, "created_at": now}])
     session.execute(locking).first()
 
 
@@ -125,7 +122,7 @@ def lock_slots(session: Session, key: str, n: int, now: datetime) -> list[Holder
     if len(rows) < n:
         have = {int(r[0]) for r in rows}
         missing = [{"key": key, "slot": s} for s in range(n) if s not in have]
-        _insert_skipping_conflicts(session, table, missing)
+        _create_rows(session, table, missing)
         rows = session.execute(
             select(table.c.slot, table.c.execution_id)
             .where(table.c.key == key, table.c.slot < n)
