@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy.orm import Session
 
 from geneva_drive.core.errors import StepNotDefinedError
+from geneva_drive.engine import limits
 from geneva_drive.engine.outcomes import ended_columns, for_stray
 from geneva_drive.engine.wakeups import enqueue_after_commit, enqueued_step
 from geneva_drive.storage import queries
@@ -76,7 +77,7 @@ def execution_values(
     already in progress (the executor's chaining, when nothing can stop the step from
     starting).
     """
-    return {
+    values = {
         "workflow_id": workflow.id,
         "step_name": step_def.name,
         "scheduled_for": now + wait if wait else now,
@@ -88,6 +89,10 @@ def execution_values(
         "created_at": now,
         **(started or {}),
     }
+    keys = limits.scheduled_keys(workflow, step_def)  # None unless the step has limits
+    if keys is not None:
+        values["metadata_json"] = keys
+    return values
 
 
 def create_successor_execution(
