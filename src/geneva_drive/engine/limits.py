@@ -210,7 +210,9 @@ def release(session: Session, execution_id: int, key: str, now: datetime) -> Non
     In the transaction that ends the execution, under its workflow's lock, as its last
     writes; the wake-up goes out with its commit.
     """
-    if queries.release_slot(session, execution_id):
+    # The first waiter is found with the release, and locked: only then is it woken (with a
+    # look at its execution), so a key nobody waits for costs one round trip.
+    if queries.release_slot(session, execution_id, key) is not None:
         _wake(session, key, 1, now)
 
 
