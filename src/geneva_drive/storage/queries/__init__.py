@@ -156,6 +156,7 @@ def __dir__() -> list[str]:
 __all__ = [
     "Handover",
     "NextClaim",
+    "attempt_number",
     "checkpoint_execution",
     "claim_due_execution",
     "claim_execution",
