@@ -102,6 +102,35 @@ def scheduled_keys(workflow: Workflow, step_def: StepDefinition) -> dict[str, An
         return {KEYS_ERROR: str(error)}
 
 
+# "Not computed yet" for ``scheduling.execution_values``'s ``keys`` (None means "no limits").
+UNKNOWN = object()
+
+
+def inherits_slot(
+    held: str | None, keys: dict[str, Any] | None, step_limits: StepLimits | None
+) -> bool:
+    """Whether a step scheduled with ``keys`` may start on the slot of ``held`` — the
+    concurrency key of the step that completes in this transaction: the same key, and no
+    rate limit to admit it (each start is counted). Then the slot passes from one to the
+    other (:func:`pass_on`): at most ``n`` still run, and the transaction waits for no lock."""
+    if held is None or keys is None or step_limits is None or step_limits.rate is not None:
+        return False
+    return keys.get(KEYS) == {CONCURRENCY: held}
+
+
+def pass_on(
+    session: Session, from_id: int, to: StepExecution, workflow_id: int, now: datetime
+) -> None:
+    """Give the slot ``from_id`` holds to ``to`` (:func:`inherits_slot`), in the transaction
+    that completes ``from_id`` and inserts ``to`` in progress."""
+    if not queries.pass_slot(session, from_id, to.id, workflow_id, now):
+        # Impossible while ``from_id`` was in progress under this run (phase 3 checked it):
+        # only a slot of an execution no longer in progress is ever freed by another.
+        raise RuntimeError(
+            f"execution {from_id} holds no concurrency slot to pass to execution {to.id}"
+        )
+
+
 def admit(
     session: Session,
     workflow: Workflow,

@@ -70,12 +70,14 @@ def execution_values(
     cursor: Any = None,
     signal_id: int | None = None,
     started: dict[str, Any] | None = None,
+    keys: dict[str, Any] | object | None = limits.UNKNOWN,
 ) -> dict[str, Any]:
     """The columns of a new execution of ``step_def``, for ``queries.insert_execution``.
 
     ``options``: the step's merged job options. ``started``: columns of an execution inserted
     already in progress (the executor's chaining, when nothing can stop the step from
-    starting).
+    starting). ``keys``: its limit keys' metadata (``limits.scheduled_keys``), when the
+    caller computed it already (a key callable runs once).
     """
     values = {
         "workflow_id": workflow.id,
@@ -89,7 +91,8 @@ def execution_values(
         "created_at": now,
         **(started or {}),
     }
-    keys = limits.scheduled_keys(workflow, step_def)  # None unless the step has limits
+    if keys is limits.UNKNOWN:  # not worked out by the caller already
+        keys = limits.scheduled_keys(workflow, step_def)  # None unless the step has limits
     if keys is not None:
         values["metadata_json"] = keys
     return values

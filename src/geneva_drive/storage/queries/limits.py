@@ -242,6 +242,18 @@ def _first_waiter_stmt() -> Any:
     )
 
 
+def pass_slot(session: Session, from_id: int, to_id: int, workflow_id: int, now: datetime) -> bool:
+    """Move the slot ``from_id`` holds to ``to_id`` (one statement, locking that row);
+    whether it held one."""
+    result = session.execute(
+        update(LimitSlot)
+        .where(LimitSlot.execution_id == from_id)
+        .values(execution_id=to_id, workflow_id=workflow_id, taken_at=now)
+        .execution_options(synchronize_session=False)
+    )
+    return bool(getattr(result, "rowcount", 0))
+
+
 def add_waiter(session: Session, execution_id: int, key: str, priority: int, now: datetime) -> None:
     drop_waiter(session, execution_id)
     session.execute(
