@@ -26,6 +26,11 @@ those may deadlock each other: no savepoint is used (InnoDB undoes the whole tra
 a deadlock, and the savepoint's rollback then failed in its place), so the error stays a
 deadlock, phase 1 is rolled back whole, and the worker claims again (``runtime.worker``).
 
+A slot passes on: when a step completes and its successor, inserted already started in the
+same transaction, has the same concurrency key and no rate limit, the slot row is moved to
+the successor (:func:`inherits_slot`, :func:`pass_on`) — one statement where freeing it,
+looking for a waiter and taking a slot again took four, and the successor needs no phase 1.
+
 A slot left behind (its holder ended by a path that does not free it, or deleted by
 retention) is *stale*: its execution is no longer in progress, and the next taker that finds
 no free slot frees it. So the count is right even then; only a wake-up may be late.
