@@ -3,7 +3,7 @@ leaving the database as it was."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -133,6 +133,36 @@ def test_resume_at_continues_a_paused_workflow_at_the_named_step(session, make, 
     assert timeline.executions[-1].scheduled_for == clock.now()
     assert timeline.actions[-1].detail is not None
     assert timeline.actions[-1].detail["step"] == "receipt"
+
+
+def test_resume_at_with_wait_until_schedules_the_named_step_for_then(session, make, clock):
+    paused = make(AdminFlaky, run=2)  # paused at charge
+    ready = make(AdminThreeSteps, run=1)  # scheduled at second
+    at = clock.now() + timedelta(hours=3)
+
+    moved = admin.resume_at(session, paused.id, "receipt", wait_until=at, actor="ops")
+    later = admin.resume_at(session, ready.id, "second", wait_until=at, actor="ops")
+    session.commit()
+
+    assert (moved.state_before, moved.state_after) == ("paused", "ready")
+    assert admin.show(session, paused.id).executions[-1].scheduled_for == at
+    assert "due at" in later.detail
+    assert admin.show(session, ready.id).executions[-1].scheduled_for == at
+    assert _history(session, ready)[-1] == ("second", "scheduled", None)  # the same row
+    assert admin.show(session, paused.id).actions[-1].detail["wait_until"] == at.isoformat()
+
+
+def test_resume_at_refuses_a_naive_wait_until_naming_the_workflow_and_changes_nothing(
+    session, make
+):
+    wf = make(AdminFlaky, run=2)
+
+    with pytest.raises(AdminInputError, match=rf"workflow id={wf.id}.*wait_until="):
+        admin.resume_at(session, wf.id, "receipt", wait_until=datetime(2030, 1, 1), actor="ops")
+    session.commit()
+
+    assert admin.show(session, wf.id).workflow.state == "paused"
+    assert admin.show(session, wf.id).actions == ()
 
 
 def test_resume_at_moves_a_ready_workflow_off_its_scheduled_or_waiting_step(session, make):

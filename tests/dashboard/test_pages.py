@@ -156,6 +156,33 @@ def test_an_action_appears_in_the_timeline_with_its_actor_and_reason(client_for,
     assert "pause: ready" not in client.get(f"/workflows/{scenario.waiting}").text  # shown once
 
 
+def test_resume_at_with_a_due_time_schedules_the_step_then(client_for, scenario):
+    client = client_for(authorize=allow_everything)
+    page = client.get(f"/workflows/{scenario.failed}").text
+    assert 'name="wait_until"' in page
+    naive = client.post(
+        f"/workflows/{scenario.failed}/act",
+        data={
+            "action": "resume_at",
+            "step": "ship",
+            "wait_until": "2099-01-01T09:00",
+            "csrf_token": csrf(client),
+        },
+    )
+    assert naive.status_code == 400 and "UTC offset" in naive.text
+    sent = client.post(
+        f"/workflows/{scenario.failed}/act",
+        data={
+            "action": "resume_at",
+            "step": "ship",
+            "wait_until": "2099-01-01T09:00+01:00",
+            "csrf_token": csrf(client),
+        },
+    )
+    assert sent.status_code == 200, sent.text
+    assert "due at 2099-01-01T08:00:00+00:00" in sent.text
+
+
 def test_skip_says_which_step_it_skipped_not_ready_to_ready(client_for, scenario):
     client = client_for(authorize=allow_everything)
     sent = client.post(

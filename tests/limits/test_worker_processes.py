@@ -109,20 +109,7 @@ def _most_at_once(runs: list[BodyRun]) -> int:
     return most
 
 
-def test_no_more_than_n_steps_per_key_run_at_once_across_worker_processes(
-    db, workers, tmp_path, request
-):
-    if db.dialect.name in ("mysql", "mariadb"):
-        # A known bug, found by this test under load (issue 39 stays open for it): on MariaDB
-        # a deadlock while a step takes or frees a slot rolls the whole transaction back,
-        # the savepoint it ran in is gone ("SAVEPOINT … does not exist"), and the workflow
-        # pauses on that error instead of the claim being retried.
-        request.applymarker(
-            pytest.mark.xfail(
-                reason="MariaDB: a deadlock in the slot's savepoint pauses the workflow",
-                strict=False,
-            )
-        )
+def test_no_more_than_n_steps_per_key_run_at_once_across_worker_processes(db, workers, tmp_path):
     with Session(db) as session:
         for _ in range(16):
             TwoAtATime.create(session)

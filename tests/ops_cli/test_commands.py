@@ -257,6 +257,42 @@ def test_resume_at_continues_at_the_named_step(session, installed_database_url):
     assert _step(session, paused) == "receipt"
 
 
+def test_resume_at_wait_until_makes_the_step_due_then(session, installed_database_url):
+    paused = _paused(session)
+
+    result = invoke(
+        installed_database_url,
+        "resume-at",
+        str(paused.id),
+        "receipt",
+        "--wait-until",
+        "2099-12-07T09:00+01:00",
+    )
+
+    assert result.exit_code == 0, result.output
+    assert _step(session, paused) == "receipt"
+    due = session.execute(
+        text(
+            "SELECT scheduled_for FROM geneva_drive_step_executions "
+            "WHERE workflow_id = :id AND step_name = 'receipt'"
+        ),
+        {"id": paused.id},
+    ).scalar_one()
+    assert str(due).startswith("2099-12-07 08:00:00")
+
+
+def test_resume_at_a_wait_until_without_offset_is_a_usage_error(session, installed_database_url):
+    paused = _paused(session)
+
+    result = invoke(
+        installed_database_url, "resume-at", str(paused.id), "receipt", "--wait-until", "2099-12-07"
+    )
+
+    assert result.exit_code == 2
+    assert "--wait-until" in result.stderr and "offset" in result.stderr
+    assert _state(session, paused) == "paused"
+
+
 def test_resume_at_an_unknown_step_is_refused_with_the_known_steps(session, installed_database_url):
     paused = _paused(session)
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from datetime import timedelta
 from typing import ClassVar
 
 from sqlalchemy import func, select
+from sqlalchemy.exc import OperationalError
 
 import geneva_drive
 from geneva_drive import DatabaseBackend, StepExecution, Workflow, resumable_step, step
@@ -327,3 +329,28 @@ def test_a_failing_claim_loop_logs_the_error_with_its_traceback(gd, session, mon
 
     [record] = [r for r in caplog.records if r.getMessage().startswith("worker loop error")]
     assert record.exc_info is not None and record.exc_info[1] is failures[0]
+
+
+def test_a_claim_a_deadlock_abandoned_is_a_warning_and_is_retried_at_once(
+    gd, session, monkeypatch, caplog
+):
+    # A deadlock in phase 1 (two workers creating a concurrency key's slots at once) rolls
+    # the claim back; nothing is wrong with the worker: no error, no pause.
+    deadlock = OperationalError("INSERT …", {}, Exception(1213, "Deadlock found"))
+    calls: list[float] = []
+
+    def deadlocked_once(*args, **kwargs):
+        calls.append(time.monotonic())
+        if len(calls) == 1:
+            raise deadlock
+        return claim_and_run(*args, **kwargs)
+
+    monkeypatch.setattr("geneva_drive.runtime.worker.claim_and_run", deadlocked_once)
+    worker = Worker(config=gd, concurrency=1, poll_interval=60, listen=False)
+    with caplog.at_level(logging.INFO, logger="geneva_drive.worker"):
+        worker.run(until=lambda: len(calls) >= 2, install_signals=False)
+
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    [warning] = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert "transient" in warning.getMessage() and "Deadlock" in warning.getMessage()
+    assert calls[1] - calls[0] < 30  # not after the 60 s poll interval's pause

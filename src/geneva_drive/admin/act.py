@@ -34,6 +34,7 @@ from geneva_drive.core.errors import (
 from geneva_drive.core.settings import settings
 from geneva_drive.core.states import ExecutionState, WorkflowState
 from geneva_drive.definition.matchers import unknown_signal
+from geneva_drive.definition.until import checked_until, delay_until
 from geneva_drive.definition.workflow import Workflow, as_workflow
 from geneva_drive.engine import compensation, operations, outcomes, scheduling, signals, writer
 from geneva_drive.engine.outcomes import Next
@@ -190,9 +191,16 @@ def retry(
 
 
 def resume_at(
-    session: Session, workflow_id: int, step: str, *, actor: str, reason: str | None = None
+    session: Session,
+    workflow_id: int,
+    step: str,
+    *,
+    wait_until: datetime | None = None,
+    actor: str,
+    reason: str | None = None,
 ) -> ActionResult:
-    """Continue a paused or ready workflow at the named step, due now.
+    """Continue a paused or ready workflow at the named step, due now (or at ``wait_until``,
+    an aware datetime; a time already passed is due now, as ``skip_to(wait_until=)``'s).
 
     The step it stood at ends ``skipped`` (a waiting one's timer is disarmed); a paused
     workflow's claimed signal is settled as a skip settles it. The way out when a deploy
@@ -200,11 +208,22 @@ def resume_at(
     """
     if not isinstance(step, str) or not step:
         raise AdminInputError(f"resume_at(step={step!r}): expected a step name")
+    until = None
+    if wait_until is not None:
+        try:
+            until = checked_until(
+                wait_until, f"resume_at(workflow id={workflow_id}, step={step!r})"
+            )
+        except ValueError as error:
+            raise AdminInputError(str(error)) from None
 
     def act(session: Session, workflow: Workflow, now: datetime) -> tuple[str, int | None]:
-        return _resume_at(session, workflow, step, now)
+        return _resume_at(session, workflow, step, now, until)
 
-    return _act(session, workflow_id, "resume_at", actor, reason, act, {"step": step})
+    args: dict[str, Any] = {"step": step}
+    if until is not None:
+        args["wait_until"] = until.isoformat()
+    return _act(session, workflow_id, "resume_at", actor, reason, act, args)
 
 
 def signal(
@@ -370,7 +389,7 @@ def _unknown_step(workflow: Workflow, step: str) -> str | None:
 
 
 def _resume_at(
-    session: Session, workflow: Workflow, step: str, now: datetime
+    session: Session, workflow: Workflow, step: str, now: datetime, until: datetime | None
 ) -> tuple[str, int | None]:
     label = f"{workflow.type} id={workflow.id}"
     operations.require_class(workflow, f"resume_at({step!r})")
@@ -386,7 +405,10 @@ def _resume_at(
     step_def = type(workflow).steps.named(step)
     assert step_def is not None  # _unknown_step found it
     current = queries.current_execution(session, workflow.id)
+    wait = delay_until(until, now)
     if current is not None and current.step_name == step:
+        if wait is not None and until is not None and current.state == ExecutionState.SCHEDULED:
+            return _due_at(session, workflow, current, until)
         if workflow.state == WorkflowState.PAUSED:
             return _resume(session, workflow, now)
         if current.state == ExecutionState.SCHEDULED:
@@ -404,9 +426,27 @@ def _resume_at(
             signals.settle_for_skipped_paused(session, workflow)
         writer.move(workflow, WorkflowState.READY, now, guarded=False)
         workflow.current_step_name = None
-    execution = scheduling.create_step_execution(session, workflow, step_def, now)
+    execution = scheduling.create_step_execution(session, workflow, step_def, now, wait=wait)
     left = f"left step {current.step_name!r} (execution {current.id}); " if current else ""
-    return f"{left}step {step!r} due now", execution.id
+    due = "now" if until is None or wait is None else f"at {until.isoformat()}"
+    return f"{left}step {step!r} due {due}", execution.id
+
+
+def _due_at(
+    session: Session, workflow: Workflow, execution: StepExecution, until: datetime
+) -> tuple[str, int | None]:
+    """The workflow stands at the named step, scheduled: it is due at ``until`` instead (a
+    paused workflow is resumed first, with its execution as it was)."""
+    if workflow.state == WorkflowState.PAUSED:
+        resumed = operations.resume_workflow(workflow)
+        execution = resumed if resumed is not None else execution
+    due = execution.scheduled_for
+    q.make_due(session, execution, until)
+    enqueue_after_commit(session, enqueued_step(workflow, execution))
+    return (
+        f"step {execution.step_name!r} due at {until.isoformat()} (was due {due.isoformat()})",
+        execution.id,
+    )
 
 
 # -- in bulk ---------------------------------------------------------------------------------
@@ -421,7 +461,7 @@ _BY_ID: dict[str, Callable[..., ActionResult]] = {
     "signal": signal,
 }
 _ARGS = {
-    "resume_at": ({"step"}, {"step"}),
+    "resume_at": ({"step"}, {"step", "wait_until"}),
     "signal": ({"name"}, {"name", "payload", "key", "allow_unknown"}),
 }
 

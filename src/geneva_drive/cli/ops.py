@@ -26,6 +26,7 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
+from datetime import datetime
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -535,9 +536,23 @@ def resume_at(
     actor: Actor = None,
     reason: Reason = None,
     json_output: JsonOutput = False,
+    wait_until: Annotated[
+        str | None,
+        typer.Option(
+            "--wait-until",
+            metavar="TIME",
+            help="Due at this ISO 8601 time with its offset (e.g. 2026-12-07T09:00+01:00) "
+            "instead of now.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Continue workflows at a named step (paused ones, or ones at a step that is gone)."""
     ids, step = id_then(arguments, where, "STEP", "pack")
+    if wait_until is not None:
+        extra: dict[str, Any] = {"wait_until": aware_time(wait_until, "--wait-until")}
+    else:
+        extra = {}
     run_verb(
         database_url,
         app_module,
@@ -549,7 +564,23 @@ def resume_at(
         actor=actor,
         reason=reason,
         step=step,
+        **extra,
     )
+
+
+def aware_time(raw: str, option: str) -> datetime:
+    """``raw`` as an aware datetime; a usage error naming ``option`` if it is not one."""
+    try:
+        value = datetime.fromisoformat(raw)
+    except ValueError:
+        value = None
+    if value is None or value.tzinfo is None:
+        raise typer.BadParameter(
+            f"expected an ISO 8601 time with its UTC offset, e.g. 2026-12-07T09:00+01:00 or "
+            f"2026-12-07T08:00Z, got {raw!r}",
+            param_hint=option,
+        )
+    return value
 
 
 @app.command()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from datetime import datetime
 from functools import partial
 from typing import Any
 
@@ -115,6 +116,23 @@ async def _summary(dash: Dashboard, workflow_id: int) -> admin.WorkflowSummary:
     return page.items[0]
 
 
+def _aware_time(raw: str) -> datetime | None:
+    """The optional "due at" of a form: an ISO 8601 time with its offset, or nothing."""
+    if not raw:
+        return None
+    try:
+        value = datetime.fromisoformat(raw)
+    except ValueError:
+        value = None
+    if value is None or value.tzinfo is None:
+        raise Refused(
+            400,
+            f"due at: expected an ISO 8601 time with its UTC offset, e.g. "
+            f"2026-12-07T09:00+01:00, got {raw!r}",
+        )
+    return value
+
+
 def _action_call(action: str, form: Form, *, actor: str) -> Any:
     """``(session, workflow_id) -> ActionResult`` for the form's action and arguments."""
     reason = form.get("reason", "").strip() or None
@@ -123,7 +141,8 @@ def _action_call(action: str, form: Form, *, actor: str) -> Any:
         step = form.get("step", "").strip()
         if not step:
             raise Refused(400, "resume at which step? choose one")
-        return lambda s, i: admin.resume_at(s, i, step, **common)
+        until = _aware_time(form.get("wait_until", "").strip())
+        return lambda s, i: admin.resume_at(s, i, step, wait_until=until, **common)
     if action == "signal":
         name = form.get("signal_name", "").strip()
         if not name:

@@ -24,7 +24,7 @@ from geneva_drive.core import events
 from geneva_drive.core.settings import Settings
 from geneva_drive.core.states import WorkflowState
 from geneva_drive.definition.limits import limits_of
-from geneva_drive.engine import outcomes, prepare, scheduling, tracing, writer
+from geneva_drive.engine import limits, outcomes, prepare, scheduling, tracing, writer
 from geneva_drive.engine.prepare import Prepared, execution_payload
 from geneva_drive.engine.run_options import RunOptions
 from geneva_drive.engine.step_errors import STEP_ERRORS
@@ -93,6 +93,8 @@ class _AfterCompletion:
 
     ``chain``: the next step starts in this transaction and runs on this thread. ``direct``:
     nothing can keep it from starting, so its row is inserted already in progress.
+    ``inherits``: a direct start of a step with the concurrency key whose slot the completed
+    step holds: the slot passes to it (``limits.pass_on``) instead of being freed and taken.
     """
 
     step: StepDefinition | None
@@ -101,9 +103,13 @@ class _AfterCompletion:
     job_options: dict[str, Any]
     chain: bool = False
     direct: bool = False
+    inherits: bool = False
 
 
-def after_completion(workflow: Workflow, options: RunOptions, now: datetime) -> _AfterCompletion:
+def after_completion(
+    workflow: Workflow, options: RunOptions, now: datetime, holds: str | None = None
+) -> _AfterCompletion:
+    """``holds``: the concurrency key whose slot the completed step holds, if any."""
     following = type(workflow).steps.next_after(workflow.current_step_name)
     if following is None:
         finished = {
@@ -120,7 +126,9 @@ def after_completion(workflow: Workflow, options: RunOptions, now: datetime) -> 
         and _chainable(type(workflow), following)
         and options.chain(queue)
     )
-    direct = chain and _nothing_to_check(type(workflow), following)
+    keys = limits.scheduled_keys(workflow, following)  # the next step's, computed once
+    inherits = chain and limits.inherits_slot(holds, keys, limits_of(type(workflow), following))
+    direct = chain and _nothing_to_check(type(workflow), following, inherits=inherits)
     navigation = {
         **outcomes.moved_columns(
             WorkflowState.PERFORMING,
@@ -139,8 +147,11 @@ def after_completion(workflow: Workflow, options: RunOptions, now: datetime) -> 
         wait=wait,
         started=started,
         options=job_options,
+        keys=keys,
     )
-    return _AfterCompletion(following, navigation, row, job_options, chain, direct)
+    return _AfterCompletion(
+        following, navigation, row, job_options, chain, direct, inherits and direct
+    )
 
 
 def hand_on(
@@ -170,13 +181,13 @@ def _chainable(cls: type[Workflow], step_def: StepDefinition) -> bool:
     return found is None or found.rate is None
 
 
-def _nothing_to_check(cls: type[Workflow], step_def: StepDefinition) -> bool:
+def _nothing_to_check(cls: type[Workflow], step_def: StepDefinition, *, inherits: bool) -> bool:
     """Whether phase 1 of ``step_def`` is certain to start it: no guard could decide otherwise,
-    and no limit could keep it waiting."""
+    and no limit could keep it waiting (none, or it inherits the slot of the step before)."""
     return (
         cls.may_proceed_without_hero
         and _no_preconditions(cls, step_def)
-        and limits_of(cls, step_def) is None
+        and (inherits or limits_of(cls, step_def) is None)
     )
 
 
@@ -278,7 +289,7 @@ def hand_over(
 def _starts_directly(cls: type[Workflow]) -> bool:
     """Whether phase 1 is certain to start the first step of ``cls``."""
     runnable = cls.steps.runnable()
-    return bool(runnable) and _nothing_to_check(cls, runnable[0])
+    return bool(runnable) and _nothing_to_check(cls, runnable[0], inherits=False)
 
 
 def claim_next(
@@ -342,7 +353,7 @@ def _direct_pairs(
         (name, str(step_def.name))
         for name, cls in classes
         for step_def in cls.steps.runnable()
-        if _nothing_to_check(cls, step_def)
+        if _nothing_to_check(cls, step_def, inherits=False)
     ]
     return tuple(name for name, _ in pairs), tuple(step for _, step in pairs)
 

@@ -259,7 +259,7 @@ def _complete(
         # the general path's writer does (writer.move); this path writes the end in SQL.
         return False, None
     now = config.clock.now()
-    after = chaining.after_completion(workflow, options, now)
+    after = chaining.after_completion(workflow, options, now, prepared.holds)
     as_started = {
         "state": workflow.state,
         "current_step_name": workflow.current_step_name,
@@ -305,11 +305,15 @@ def _complete(
         session.rollback()
         return True, None
     writer.record_clean_resolution(session, execution)
-    if holds is not None:
+    if holds is not None and after.inherits and created is not None:
+        limits.pass_on(session, execution.id, created, workflow.id, now)
+    elif holds is not None:
         limits.release(session, execution.id, holds, now)
     chained = None
     if created is not None and after.step is not None:
         chained = chaining.hand_on(session, workflow, created, after, options, now)
+        if chained is not None and after.inherits:
+            chained.holds = holds
     elif handover is not None:
         chained = chaining.claimed_directly(handover)
         if chained is None and handover.claimed and not handover.committed:

@@ -21,7 +21,15 @@ Deadlocks: the lock order is the workflow row (the claim's), then a rate key's r
 slot rows in slot order. A transaction that freed a slot never waits for another lock: phase
 3 frees last, and a step it then starts (chaining, ``chaining``) takes only a slot free at
 once (``SKIP LOCKED``) and is never rate-limited; without a free slot the row is left due for
-an ordinary claim, which parks it.
+an ordinary claim, which parks it. A key's slot rows are created by the first takers, and
+those may deadlock each other: no savepoint is used (InnoDB undoes the whole transaction on
+a deadlock, and the savepoint's rollback then failed in its place), so the error stays a
+deadlock, phase 1 is rolled back whole, and the worker claims again (``runtime.worker``).
+
+A slot passes on: when a step completes and its successor, inserted already started in the
+same transaction, has the same concurrency key and no rate limit, the slot row is moved to
+the successor (:func:`inherits_slot`, :func:`pass_on`) — one statement where freeing it,
+looking for a waiter and taking a slot again took four, and the successor needs no phase 1.
 
 A slot left behind (its holder ended by a path that does not free it, or deleted by
 retention) is *stale*: its execution is no longer in progress, and the next taker that finds
@@ -41,12 +49,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.orm import Session
 
+from geneva_drive.core.errors import StepConfigurationError
 from geneva_drive.core.ports import EnqueuedStep
-from geneva_drive.definition.limits import StepLimits, keys_for
+from geneva_drive.definition.limits import StepLimits, keys_for, limits_of
 from geneva_drive.engine.wakeups import enqueue_after_commit, enqueued_step
 from geneva_drive.storage.queries import limits as queries
 
@@ -57,8 +66,14 @@ if TYPE_CHECKING:
 
 # Where a parked row is due: never, until a release makes it due now.
 PARKED_UNTIL = datetime(3000, 1, 1, tzinfo=UTC)
-# Where an execution keeps its keys (its metadata), computed the first time it is claimed.
+# Where an execution keeps its keys (its metadata), computed when it is scheduled
+# (:func:`scheduled_keys`) — or, for a workflow's first step, the first time it is claimed.
 KEYS = "limit_keys"
+# Instead of the keys, when a key callable failed as the execution was scheduled: the claim
+# fails the step with it (no user code runs in the claim).
+KEYS_ERROR = "limit_keys_error"
+# Set on an execution the first time it parks: a later claim has a waiter row to drop.
+PARKED = "limit_parked"
 CONCURRENCY, RATE = "concurrency", "rate"
 # How long past its window a start stays in the log. Each worker counts from its own ``now``,
 # read before it waited for the key's lock: a worker whose ``now`` is later than another's
@@ -74,6 +89,53 @@ class Admission:
     holds: str | None = None
 
 
+def scheduled_keys(workflow: Workflow, step_def: StepDefinition) -> dict[str, Any] | None:
+    """The metadata a new execution of ``step_def`` is inserted with: its limit keys, computed
+    now, when it is scheduled (None for a step without limits: the usual case, one look-up).
+
+    A key callable that fails is not raised here — the transaction scheduling the step is
+    another step's outcome or an operator's action, which it must not undo. The execution is
+    stored with the error instead, and its claim fails the step with it, through the step's
+    exception policies: a reattempt is scheduled anew and computes its keys again.
+    """
+    step_limits = limits_of(type(workflow), step_def)
+    if step_limits is None:
+        return None
+    try:
+        return {KEYS: keys_for(workflow, step_def, step_limits)}
+    except StepConfigurationError as error:
+        return {KEYS_ERROR: str(error)}
+
+
+# "Not computed yet" for ``scheduling.execution_values``'s ``keys`` (None means "no limits").
+UNKNOWN = object()
+
+
+def inherits_slot(
+    held: str | None, keys: dict[str, Any] | None, step_limits: StepLimits | None
+) -> bool:
+    """Whether a step scheduled with ``keys`` may start on the slot of ``held`` — the
+    concurrency key of the step that completes in this transaction: the same key, and no
+    rate limit to admit it (each start is counted). Then the slot passes from one to the
+    other (:func:`pass_on`): at most ``n`` still run, and the transaction waits for no lock."""
+    if held is None or keys is None or step_limits is None or step_limits.rate is not None:
+        return False
+    return keys.get(KEYS) == {CONCURRENCY: held}
+
+
+def pass_on(
+    session: Session, from_id: int, to: StepExecution, workflow_id: int, now: datetime
+) -> None:
+    """Give the slot ``from_id`` holds to ``to`` (:func:`inherits_slot`), in the transaction
+    that completes ``from_id`` and inserts ``to`` in progress."""
+    if not queries.pass_slot(session, from_id, to.id, workflow_id, now):
+        # Impossible while ``from_id`` was in progress under this run (phase 3 checked it):
+        # only a slot of an execution no longer in progress is ever freed by another.
+        raise RuntimeError(
+            f"execution {from_id} holds no concurrency slot to pass to execution {to.id}"
+        )
+
+
 def admit(
     session: Session,
     workflow: Workflow,
@@ -86,19 +148,24 @@ def admit(
 ) -> Admission:
     """Take a slot and log a start, or park / postpone ``execution``. Under phase 1's locks.
 
-    The keys are computed the first time (the application's key callables run here, like
-    its preconditions) and stored in the execution's metadata; later claims of the same row
-    reuse them.
+    The keys were stored with the execution when it was scheduled (:func:`scheduled_keys`);
+    only a workflow's first step computes them here, at its first claim (the application's
+    key callables run then, like its preconditions), and stores them for later claims.
 
     ``chained``: the transaction did other work first (it completed the step before, and may
     have freed a slot), so it must wait for no lock: only a slot free at once is taken, and
     without one the row is left due for an ordinary claim, which parks it if need be.
     """
     keys = _stored_keys(execution)
-    claimed_before = keys is not None  # then it may have parked: a waiter row to drop
     if keys is None:
+        problem = execution.read_metadata(KEYS_ERROR)
+        if problem is not None:
+            raise StepConfigurationError(str(problem))
+        # A workflow's first step (create() inserts it in SQL, before the application could
+        # write what a key reads), or a row scheduled by a version that stored no keys.
         keys = keys_for(workflow, step_def, limits)
         execution.write_metadata(KEYS, keys)
+    parked_before = bool(execution.read_metadata(PARKED))  # a waiter row to drop
     concurrency_key = keys.get(CONCURRENCY)
     concurrency = limits.concurrency if concurrency_key is not None else None
     rate_key = keys.get(RATE)
@@ -114,7 +181,7 @@ def admit(
             enqueue_after_commit(session, enqueued_step(workflow, execution))
             return Admission(started=False)
     if concurrency is not None and concurrency_key is not None:
-        if claimed_before:  # it may have parked: made due by a release, or an operator
+        if parked_before:  # made due by a release, or an operator
             queries.drop_waiter(session, execution.id)
         if chained:
             taken = queries.take_free_slot(
@@ -125,6 +192,8 @@ def admit(
                 return Admission(started=False)
         elif not _take_slot(session, workflow, execution, concurrency_key, concurrency.n, now):
             execution.scheduled_for = PARKED_UNTIL
+            if not parked_before:
+                execution.write_metadata(PARKED, True)
             queries.add_waiter(session, execution.id, concurrency_key, execution.priority, now)
             workflow.logger.info(
                 "step %r waits for one of the %d slots of concurrency key %r",
@@ -175,7 +244,9 @@ def release(session: Session, execution_id: int, key: str, now: datetime) -> Non
     In the transaction that ends the execution, under its workflow's lock, as its last
     writes; the wake-up goes out with its commit.
     """
-    if queries.release_slot(session, execution_id):
+    # The first waiter is found with the release, and locked: only then is it woken (with a
+    # look at its execution), so a key nobody waits for costs one round trip.
+    if queries.release_slot(session, execution_id, key) is not None:
         _wake(session, key, 1, now)
 
 

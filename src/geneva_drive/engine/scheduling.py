@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy.orm import Session
 
 from geneva_drive.core.errors import StepNotDefinedError
+from geneva_drive.engine import limits
 from geneva_drive.engine.outcomes import ended_columns, for_stray
 from geneva_drive.engine.wakeups import enqueue_after_commit, enqueued_step
 from geneva_drive.storage import queries
@@ -69,14 +70,16 @@ def execution_values(
     cursor: Any = None,
     signal_id: int | None = None,
     started: dict[str, Any] | None = None,
+    keys: dict[str, Any] | object | None = limits.UNKNOWN,
 ) -> dict[str, Any]:
     """The columns of a new execution of ``step_def``, for ``queries.insert_execution``.
 
     ``options``: the step's merged job options. ``started``: columns of an execution inserted
     already in progress (the executor's chaining, when nothing can stop the step from
-    starting).
+    starting). ``keys``: its limit keys' metadata (``limits.scheduled_keys``), when the
+    caller computed it already (a key callable runs once).
     """
-    return {
+    values = {
         "workflow_id": workflow.id,
         "step_name": step_def.name,
         "scheduled_for": now + wait if wait else now,
@@ -90,6 +93,11 @@ def execution_values(
         "fair_key": workflow.fair_key,
         **(started or {}),
     }
+    if keys is limits.UNKNOWN:  # not worked out by the caller already
+        keys = limits.scheduled_keys(workflow, step_def)  # None unless the step has limits
+    if keys is not None:
+        values["metadata_json"] = keys
+    return values
 
 
 def create_successor_execution(

@@ -640,6 +640,16 @@ class Worker:
         if is_outage(error):
             self._stopping.wait(self.outages.failed(error, started))
             return
+        if queries.is_transient(error):
+            # A deadlock or lock timeout rolled the claim back (e.g. two workers creating a
+            # concurrency key's slots at once): the row is due still; claim again now.
+            reason = getattr(error, "orig", None) or error
+            log.warning(
+                "claim abandoned after a transient database error, claiming again: %s: %s",
+                type(error).__name__,
+                reason,
+            )
+            return
         # Not log.exception: the except block that caught ``error`` has ended, and outside one
         # it would log "NoneType: None" instead of the traceback.
         log.error("worker loop error; retrying after a pause", exc_info=error)

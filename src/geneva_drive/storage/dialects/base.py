@@ -79,6 +79,11 @@ class Dialect:
         database can say so (see ``skips_conflicting_inserts``)."""
         return insert(table)
 
+    def insert_keeping_existing(self, table: Table) -> Insert:
+        """An INSERT into ``table`` that leaves a row whose primary key exists as it is, with
+        no error and no savepoint (``engine.limits`` creates a key's rows with it)."""
+        return self.insert_skipping_conflicts(table)
+
     def try_housekeeping_lock(self, connection: Connection) -> bool:
         """Take the cluster-wide housekeeping lock on ``connection`` if free; never waits.
         Released by :meth:`release_housekeeping_lock` or when the connection closes."""

@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 import sqlalchemy
-from sqlalchemy import Connection, Engine, func, select
+from sqlalchemy import Connection, Engine, Insert, Table, func, select
+from sqlalchemy.dialects import mysql
 
 from geneva_drive.storage.dialects.base import Dialect
 
@@ -29,6 +30,13 @@ class MySQL(Dialect):
     # A single-table DELETE with an IN sub-query runs it as a *dependent* sub-query for every
     # row of the table (no semi-join for DELETE before MariaDB 11.1).
     deletes_by_semi_join = False
+
+    def insert_keeping_existing(self, table: Table) -> Insert:
+        # A no-op ON DUPLICATE KEY UPDATE: no savepoint to lose. InnoDB rolls back the whole
+        # transaction on a deadlock, savepoints included, so a statement undone inside one
+        # surfaced as "SAVEPOINT … does not exist" instead of the deadlock.
+        first = next(iter(table.primary_key.columns))
+        return mysql.insert(table).on_duplicate_key_update({first.name: first})
 
     def engine_arguments(
         self, url: sqlalchemy.URL, kwargs: dict[str, Any]

@@ -104,6 +104,21 @@ def is_transient(error: BaseException) -> bool:
     """
     if not isinstance(error, DBAPIError):
         return False
+    if _transient(error):
+        return True
+    # What the database raised while undoing a transient error: InnoDB rolls the whole
+    # transaction back on a deadlock, so the ROLLBACK TO SAVEPOINT that follows one fails
+    # ("SAVEPOINT … does not exist"), and that error, not the deadlock, reaches the caller.
+    cause, seen = error.__context__, {id(error)}
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, DBAPIError) and _transient(cause):
+            return True
+        seen.add(id(cause))
+        cause = cause.__context__
+    return False
+
+
+def _transient(error: DBAPIError) -> bool:
     if error.connection_invalidated:
         return True
     orig = error.orig

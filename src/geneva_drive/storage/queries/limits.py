@@ -14,13 +14,13 @@ row (:func:`lock_key`). A transaction that frees a slot waits for no other slot 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, delete, func, insert, select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import and_, bindparam, delete, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from geneva_drive.core.states import ExecutionState
@@ -35,19 +35,17 @@ from geneva_drive.storage.models import (
 from geneva_drive.storage.queries._sql import in_state, workflow_model
 
 
-def _insert_skipping_conflicts(session: Session, table: Any, rows: list[dict[str, Any]]) -> None:
-    """Insert ``rows``, skipping those a concurrent transaction inserted first (it waits for
-    that one to commit). MySQL/MariaDB have no ``ON CONFLICT``: one row per savepoint."""
-    dialect = dialect_of(session)
-    if dialect.skips_conflicting_inserts:
-        session.execute(dialect.insert_skipping_conflicts(table), rows)
-        return
-    for row in rows:
-        try:
-            with session.begin_nested():
-                session.execute(insert(table).values(row))
-        except IntegrityError:
-            pass  # inserted by another transaction meanwhile
+def _create_rows(session: Session, table: Any, rows: list[dict[str, Any]]) -> None:
+    """Insert ``rows``, keeping those a concurrent transaction inserted first (it waits for
+    that one to commit), in one statement and in the order given (slot order: two creators
+    wait for each other's rows in the same order, never in a cycle).
+
+    No savepoint: InnoDB undoes the whole transaction on a deadlock, savepoints included, so
+    a savepoint around the insert turned a deadlock into "SAVEPOINT … does not exist". A
+    deadlock here is now what it is: a transient error that abandons the claim (phase 1 is
+    rolled back, nothing recorded, and the row is claimed again).
+    """
+    session.execute(dialect_of(session).insert_keeping_existing(table), rows)
 
 
 def lock_key(session: Session, kind: str, key: str, now: datetime) -> None:
@@ -61,7 +59,7 @@ def lock_key(session: Session, kind: str, key: str, now: datetime) -> None:
     locking = select(table.c.kind).where(table.c.kind == kind, table.c.key == key).with_for_update()
     if session.execute(locking).first() is not None:
         return
-    _insert_skipping_conflicts(session, table, [{"kind": kind, "key": key, "created_at": now}])
+    _create_rows(session, table, [{"kind": kind, "key": key, "created_at": now}])
     session.execute(locking).first()
 
 
@@ -69,7 +67,21 @@ def take_free_slot(
     session: Session, key: str, n: int, execution_id: int, workflow_id: int, now: datetime
 ) -> bool:
     """Take the first free slot below ``n`` that no other transaction is taking or freeing
-    right now (``SKIP LOCKED``: never waits); whether one was taken."""
+    right now (``SKIP LOCKED``: never waits); whether one was taken.
+
+    Where an UPDATE may read its own table in a sub-query (not MySQL/MariaDB), one
+    statement: the sub-query locks the free row it picks, and the UPDATE takes it."""
+    if dialect_of(session).combined_writes:
+        from geneva_drive.storage.queries.bypass import connection_of, execute_direct
+
+        params = {
+            "p_key": key,
+            "p_n": n,
+            "p_execution_id": execution_id,
+            "p_workflow_id": workflow_id,
+            "p_taken_at": now,
+        }
+        return execute_direct(connection_of(session), _take_stmt(), params) is not None
     free = (
         select(LimitSlot.slot)
         .where(LimitSlot.key == key, LimitSlot.slot < n, LimitSlot.execution_id.is_(None))
@@ -82,6 +94,33 @@ def take_free_slot(
         return False
     _hold(session, key, [int(slot)], execution_id, workflow_id, now)
     return True
+
+
+@functools.cache
+def _take_stmt() -> Any:
+    table: Any = LimitSlot.__table__
+    free = (
+        select(table.c.slot)
+        .where(
+            table.c.key == bindparam("p_key"),
+            table.c.slot < bindparam("p_n"),
+            table.c.execution_id.is_(None),
+        )
+        .order_by(table.c.slot)
+        .limit(1)
+        .with_for_update(skip_locked=True)
+        .scalar_subquery()
+    )
+    return (
+        update(table)
+        .where(table.c.key == bindparam("p_key"), table.c.slot == free)
+        .values(
+            execution_id=bindparam("p_execution_id"),
+            workflow_id=bindparam("p_workflow_id"),
+            taken_at=bindparam("p_taken_at"),
+        )
+        .returning(table.c.slot)
+    )
 
 
 def _hold(
@@ -125,7 +164,7 @@ def lock_slots(session: Session, key: str, n: int, now: datetime) -> list[Holder
     if len(rows) < n:
         have = {int(r[0]) for r in rows}
         missing = [{"key": key, "slot": s} for s in range(n) if s not in have]
-        _insert_skipping_conflicts(session, table, missing)
+        _create_rows(session, table, missing)
         rows = session.execute(
             select(table.c.slot, table.c.execution_id)
             .where(table.c.key == key, table.c.slot < n)
@@ -162,12 +201,54 @@ def free_slots(session: Session, key: str, slots: Sequence[int]) -> None:
         _hold(session, key, slots, None, None, None)
 
 
-def release_slot(session: Session, execution_id: int) -> bool:
-    """Free the slot ``execution_id`` holds (locking that row); whether it held one."""
+def release_slot(session: Session, execution_id: int, key: str) -> int | None:
+    """Free the slot ``execution_id`` holds (locking that row), then look for the first
+    waiter of ``key`` no other release is waking (``SKIP LOCKED``, locking it): its execution
+    id, or None. One round trip where the driver pipelines (psycopg): the server still runs
+    the lookup after the UPDATE, lock wait included, with a snapshot of its own — so a
+    waiter whose parker held the slot row is seen (see the module's docstring)."""
+    # Imported here: the ORM bypass is the engine's; ``admin.limits`` reads this module too
+    # and needs none of it (issue 42's start-up budget).
+    from geneva_drive.storage.queries.bypass import connection_of, execute_pipelined
+
+    session.flush()  # the ORM's pending writes first, as a session.execute() would
+    _, waiter = execute_pipelined(
+        connection_of(session),
+        (_release_stmt(), {"p_execution_id": execution_id}),
+        (_first_waiter_stmt(), {"p_key": key}),
+    )
+    return None if waiter is None else int(waiter[0])
+
+
+@functools.cache
+def _release_stmt() -> Any:
+    table: Any = LimitSlot.__table__
+    return (
+        update(table)
+        .where(table.c.execution_id == bindparam("p_execution_id"))
+        .values(execution_id=None, workflow_id=None, taken_at=None)
+    )
+
+
+@functools.cache
+def _first_waiter_stmt() -> Any:
+    table: Any = LimitWaiter.__table__
+    return (
+        select(table.c.execution_id)
+        .where(table.c.key == bindparam("p_key"))
+        .order_by(table.c.priority, table.c.since, table.c.execution_id)
+        .limit(1)
+        .with_for_update(skip_locked=True)
+    )
+
+
+def pass_slot(session: Session, from_id: int, to_id: int, workflow_id: int, now: datetime) -> bool:
+    """Move the slot ``from_id`` holds to ``to_id`` (one statement, locking that row);
+    whether it held one."""
     result = session.execute(
         update(LimitSlot)
-        .where(LimitSlot.execution_id == execution_id)
-        .values(execution_id=None, workflow_id=None, taken_at=None)
+        .where(LimitSlot.execution_id == from_id)
+        .values(execution_id=to_id, workflow_id=workflow_id, taken_at=now)
         .execution_options(synchronize_session=False)
     )
     return bool(getattr(result, "rowcount", 0))

@@ -1,0 +1,136 @@
+"""A deadlock while a step takes a slot is the database's trouble, never the step's.
+
+InnoDB answers a deadlock by rolling back the victim's *whole* transaction, savepoints
+included (PostgreSQL aborts only up to the savepoint). A slot taken inside a savepoint used
+to surface on MariaDB as "SAVEPOINT sa_savepoint_1 does not exist" — an error phase 1 then
+recorded on the step, pausing its workflow. Here a real deadlock is forced between the claim
+and a second connection: the claim must be abandoned (rolled back, nothing recorded, nothing
+counted), and the next claim starts the step.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy import event, select
+
+from geneva_drive.engine.prepare import Prepared
+from geneva_drive.storage.models import LimitSlot, StepExecution
+from geneva_drive.storage.queries import is_transient
+from tests.limits._support import claim_and_start, counts, finish, rows
+from tests.limits.apps import BodyRun, TwoAtATime
+
+DEADLINE = 60.0
+KEY = "TwoAtATime.work"  # a step-level limit with a constant key: its owner's name
+
+
+@pytest.fixture
+def server_only(db_backend: str) -> None:
+    if db_backend == "sqlite":
+        pytest.skip("one writer: SQLite transactions never deadlock on row locks")
+
+
+def _waiting_for_a_lock(engine: sa.Engine) -> bool:
+    """Whether a statement waits for a row lock (MariaDB's INNODB_TRX needs the PROCESS
+    privilege; its process list shows the claim's INSERT running, which here means waiting)."""
+    if engine.dialect.name == "postgresql":
+        query = "SELECT count(*) FROM pg_locks WHERE NOT granted"
+    else:
+        query = (
+            "SELECT count(*) FROM information_schema.processlist WHERE command = 'Query' "
+            "AND info LIKE 'INSERT INTO geneva_drive_limit_slots%%'"
+        )
+    with engine.connect() as connection:
+        return int(connection.execute(sa.text(query)).scalar_one()) > 0
+
+
+def _wait_until_blocked(engine: sa.Engine, outcome: dict[str, Any]) -> None:
+    deadline = time.monotonic() + DEADLINE
+    while not _waiting_for_a_lock(engine):
+        assert time.monotonic() < deadline, f"the claim never waited for the lock: {outcome}"
+        time.sleep(0.01)  # polling a condition with a deadline
+
+
+@pytest.mark.usefixtures("server_only")
+def test_a_deadlock_while_creating_a_keys_slots_abandons_the_claim(gd, session):
+    workflow = TwoAtATime.create(session)
+    session.commit()
+    other = gd.engine.connect()
+    other_tx = other.begin()
+    fired = threading.Event()
+
+    def before_slot_insert(conn: Any, cursor: Any, statement: str, *_args: Any) -> None:
+        # The moment the claim creates the key's slot rows (none exist: the key's first use),
+        # another transaction has just inserted slot 1, uncommitted: the claim inserts slot 0
+        # and waits for slot 1.
+        if conn is other or fired.is_set():
+            return
+        if statement.lstrip().upper().startswith("INSERT INTO GENEVA_DRIVE_LIMIT_SLOTS"):
+            fired.set()
+            # Heavier than the claim, so that InnoDB picks the claim as the victim.
+            other.execute(
+                sa.insert(BodyRun),
+                [{"key": "ballast", "began": 0.0, "ended": 0.0} for _ in range(200)],
+            )
+            other.execute(sa.insert(LimitSlot), [{"key": KEY, "slot": 1}])
+
+    event.listen(gd.engine, "before_cursor_execute", before_slot_insert)
+    outcome: dict[str, Any] = {}
+
+    def claim() -> None:
+        try:
+            outcome["started"] = claim_and_start(gd)
+        except Exception as error:  # what phase 1 lets out, asserted below
+            outcome["error"] = error
+
+    claimer = threading.Thread(target=claim)
+    try:
+        claimer.start()
+        _wait_until_blocked(gd.engine, outcome)
+        # Now close the cycle, as two workers creating a key's slots at once may: the other
+        # inserts slot 0, which the claim holds, while the claim waits for its slot 1.
+        other.execute(sa.insert(LimitSlot), [{"key": KEY, "slot": 0}])
+        claimer.join(DEADLINE)
+        other_tx.rollback()
+    finally:
+        event.remove(gd.engine, "before_cursor_execute", before_slot_insert)
+        other.close()
+    assert fired.is_set()
+
+    error = outcome.get("error")
+    assert error is not None, f"phase 1 did not fail: {outcome.get('started')}"
+    assert "deadlock" in str(error).lower(), error  # forced: not a lock wait timeout
+    assert is_transient(error), f"not seen as the database's trouble: {error!r}"
+    # Nothing was recorded: the execution is as the claim found it, its workflow ready.
+    (execution,) = rows(session, [workflow])
+    assert execution.state == "scheduled"
+    assert execution.error_class_name is None
+    assert execution.read_metadata("reattempt_reason") is None
+    assert session.scalar(select(sa.func.count()).select_from(StepExecution)) == 1
+    session.refresh(workflow)
+    assert workflow.state == "ready"
+    assert counts(session)[:2] == (0, 0)
+    # The next claim starts it.
+    step_session, started = claim_and_start(gd)
+    assert isinstance(started, Prepared)
+    finish(gd, step_session, started)
+    assert [e.outcome for e in rows(session, [workflow])] == ["success"]
+
+
+def test_the_error_of_a_savepoint_a_deadlock_undid_is_transient_too():
+    pymysql = pytest.importorskip("pymysql")
+    deadlock = sa.exc.OperationalError(
+        "INSERT …", {}, pymysql.err.OperationalError(1213, "Deadlock found")
+    )
+    lost = sa.exc.OperationalError(
+        "ROLLBACK TO SAVEPOINT sa_savepoint_1",
+        {},
+        pymysql.err.OperationalError(1305, "SAVEPOINT sa_savepoint_1 does not exist"),
+    )
+    assert not is_transient(lost)  # alone: a programming error, the step's to report
+    lost.__context__ = deadlock
+    assert is_transient(lost)
