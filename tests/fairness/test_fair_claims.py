@@ -141,7 +141,7 @@ def test_with_every_key_locked_by_other_claims_a_claim_still_serves_the_keys_in_
     if db_backend == "sqlite":
         return  # one writer: no other claim holds a key while this one runs
     _, b = _burst_then_two(gd, session, FairCharge)
-    keys = FairKey.__table__
+    keys: Any = FairKey.__table__
     served = (
         sa.update(keys).where(keys.c.key.in_(["", "a.example"])).values(served_at=gd.clock.now())
     )
