@@ -133,3 +133,25 @@ def test_a_keyed_workflows_next_steps_carry_its_key(gd, session):
         select(StepExecution.fair_key).where(StepExecution.workflow_id == workflow.id)
     ).all()
     assert keys == ["c.example", "c.example"]
+
+
+def test_with_every_key_locked_by_other_claims_a_claim_still_serves_the_keys_in_order(
+    gd, session, db_backend
+):
+    if db_backend == "sqlite":
+        return  # one writer: no other claim holds a key while this one runs
+    _, b = _burst_then_two(gd, session, FairCharge)
+    keys: Any = FairKey.__table__
+    served = (
+        sa.update(keys).where(keys.c.key.in_(["", "a.example"])).values(served_at=gd.clock.now())
+    )
+    session.execute(served)  # the ordinary order and a served just now, b never
+    session.commit()
+    with gd.engine.connect() as other:
+        # Another worker's claims, in flight: every key's row locked.
+        other.execute(sa.select(keys.c.key).with_for_update()).all()
+
+        order = _claim_order(gd, claim_scope(None), limit=1)
+
+        other.rollback()
+    assert order == [b[0]]  # b's (served longest ago), not the ordinary order's a[0]
