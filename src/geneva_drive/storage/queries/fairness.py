@@ -54,13 +54,11 @@ from sqlalchemy import (
     String,
     bindparam,
     exists,
-    insert,
     literal_column,
     or_,
     select,
     update,
 )
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from geneva_drive.core.states import ExecutionState
@@ -90,25 +88,17 @@ def register_keys(session: Session, keys: Sequence[str]) -> None:
     """Give each of ``keys`` (and the ordinary order) a row, never served, if it has none.
 
     A plain read first: an existing row is left alone, never waited for (a claim may hold
-    it). A new one is inserted, skipping one a concurrent start inserted first (it waits for
-    that start's commit). MySQL/MariaDB have no ``ON CONFLICT``: one row per savepoint.
+    it). A new one is inserted, keeping one a concurrent start inserted first (it waits for
+    that start's commit) — with no savepoint: on MariaDB a deadlock undoes the whole
+    transaction, savepoints included, and the caller's create() would fail with "SAVEPOINT
+    does not exist" instead (the slots' rows are created the same way, ``queries.limits``).
     """
     table: Any = FairKey.__table__
     wanted = sorted({*keys, ORDINARY})
     found = set(session.scalars(select(table.c.key).where(table.c.key.in_(wanted))))
     missing = [{"key": key, "served_at": NEVER} for key in wanted if key not in found]
-    if not missing:
-        return
-    dialect = dialect_of(session)
-    if dialect.skips_conflicting_inserts:
-        session.execute(dialect.insert_skipping_conflicts(table), missing)
-        return
-    for row in missing:
-        try:
-            with session.begin_nested():
-                session.execute(insert(table).values(row))
-        except IntegrityError:
-            pass  # inserted by another start meanwhile
+    if missing:
+        session.execute(dialect_of(session).insert_keeping_existing(table), missing)
 
 
 def claim_fairly(session: Session, now: datetime, scope: ClaimScope) -> tuple[int, int] | None:
