@@ -9,13 +9,8 @@ executions' start times), never from how long anything took.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
@@ -25,8 +20,13 @@ from geneva_drive import FrozenClock, create_engine
 from geneva_drive.runtime.configure import configured
 from tests.fairness.apps import FairCharge
 from tests.support.app import Account, AppBase
+from tests.support.worker_processes import (
+    finished_workflows,
+    start_worker_processes,
+    stop_worker_processes,
+    wait_until,
+)
 
-REPO = Path(__file__).resolve().parents[2]
 DEADLINE = 240.0
 WORKERS = 3
 A, B = 60, 5
@@ -45,58 +45,6 @@ def db(db_backend: str, installed_database_url: str) -> Iterator[tuple[sa.Engine
     engine.dispose()
 
 
-def _start_workers(url: str, tmp_path: Path) -> list[subprocess.Popen[bytes]]:
-    env = {
-        **os.environ,
-        "GENEVA_DRIVE_DATABASE_URL": url,
-        "GD_TEST_BODY_SECONDS": "0.02",
-        "PYTHONUNBUFFERED": "1",
-    }
-    command = [sys.executable, "-m", "geneva_drive.cli", "worker", "--app", "tests.fairness.apps"]
-    processes = []
-    for i in range(WORKERS):
-        with (tmp_path / f"worker-{i}.log").open("wb") as log:
-            processes.append(
-                subprocess.Popen(
-                    [*command, "--poll-interval", "0.2"],
-                    cwd=REPO,
-                    env=env,
-                    stdout=subprocess.DEVNULL,
-                    stderr=log,
-                )
-            )
-    return processes
-
-
-def _stop(processes: list[subprocess.Popen[bytes]]) -> None:
-    for process in processes:
-        process.terminate()
-    for process in processes:
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
-def _wait_until(condition: Callable[[], bool], what: str, tmp_path: Path) -> None:
-    deadline = time.monotonic() + DEADLINE
-    while not condition():
-        if time.monotonic() > deadline:
-            logs = "\n".join(p.read_text()[-2000:] for p in tmp_path.glob("worker-*.log"))
-            raise AssertionError(f"gave up waiting for {what}; worker logs:\n{logs}")
-        time.sleep(0.1)  # polling a condition with a deadline
-
-
-def _finished(engine: sa.Engine) -> int:
-    with engine.connect() as connection:
-        return int(
-            connection.execute(
-                sa.text("SELECT count(*) FROM geneva_drive_workflows WHERE state = 'finished'")
-            ).scalar_one()
-        )
-
-
 def test_a_later_tenant_is_served_among_the_first_claims_across_worker_processes(
     db, installed_database_url, tmp_path
 ):
@@ -111,11 +59,18 @@ def test_a_later_tenant_is_served_among_the_first_claims_across_worker_processes
             session.commit()
             clock.advance(seconds=1)  # b's rows are due after a's
 
-    processes = _start_workers(installed_database_url, tmp_path)
+    processes = start_worker_processes(
+        installed_database_url, "tests.fairness.apps", tmp_path, count=WORKERS, body_seconds=0.02
+    )
     try:
-        _wait_until(lambda: _finished(engine) >= A + B, "every workflow to finish", tmp_path)
+        wait_until(
+            lambda: finished_workflows(engine) >= A + B,
+            "every workflow to finish",
+            tmp_path,
+            DEADLINE,
+        )
     finally:
-        _stop(processes)
+        stop_worker_processes(processes)
 
     with Session(engine) as session:
         started = session.execute(

@@ -7,11 +7,8 @@ start times — never from how long anything took.
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -22,8 +19,13 @@ from sqlalchemy.orm import Session
 from geneva_drive import SystemClock, create_engine
 from geneva_drive.runtime.configure import configured
 from tests.limits.apps import BodyRun, Gateway, LimitsBase, OnePerTenant, TwoAtATime
+from tests.support.worker_processes import (
+    finished_workflows,
+    start_worker_processes,
+    stop_worker_processes,
+    wait_until,
+)
 
-REPO = Path(__file__).resolve().parents[2]
 DEADLINE = 240.0
 WORKERS = 3
 
@@ -38,36 +40,13 @@ def server_database(db_backend: str) -> None:
 
 @pytest.fixture
 def workers(installed_database_url: str, tmp_path: Path) -> Iterator[list[subprocess.Popen[bytes]]]:
-    env = {
-        **os.environ,
-        "GENEVA_DRIVE_DATABASE_URL": installed_database_url,
-        "GD_TEST_BODY_SECONDS": "0.05",
-        "PYTHONUNBUFFERED": "1",
-    }
-    command = [sys.executable, "-m", "geneva_drive.cli", "worker", "--app", "tests.limits.apps"]
-    processes = []
-    for i in range(WORKERS):
-        with (tmp_path / f"worker-{i}.log").open("wb") as log:
-            processes.append(
-                subprocess.Popen(
-                    [*command, "--poll-interval", "0.2"],
-                    cwd=REPO,
-                    env=env,
-                    stdout=subprocess.DEVNULL,
-                    stderr=log,
-                )
-            )
+    processes = start_worker_processes(
+        installed_database_url, "tests.limits.apps", tmp_path, count=WORKERS, body_seconds=0.05
+    )
     try:
         yield processes
     finally:
-        for process in processes:
-            process.terminate()
-        for process in processes:
-            try:
-                process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        stop_worker_processes(processes)
 
 
 @pytest.fixture
@@ -77,26 +56,6 @@ def db(installed_database_url: str) -> Iterator[sa.Engine]:
     with configured(engine=engine, clock=SystemClock()):
         yield engine
     engine.dispose()
-
-
-def _wait_until(condition: Callable[[], bool], what: str, tmp_path: Path) -> None:
-    deadline = time.monotonic() + DEADLINE
-    while not condition():
-        if time.monotonic() > deadline:
-            logs = "\n".join(p.read_text()[-2000:] for p in tmp_path.glob("worker-*.log"))
-            raise AssertionError(f"gave up waiting for {what}; worker logs:\n{logs}")
-        time.sleep(0.1)  # polling a condition with a deadline
-
-
-def _all_finished(engine: sa.Engine, count: int) -> Callable[[], bool]:
-    def check() -> bool:
-        with engine.connect() as connection:
-            finished = connection.execute(
-                sa.text("SELECT count(*) FROM geneva_drive_workflows WHERE state = 'finished'")
-            ).scalar_one()
-        return int(finished) >= count
-
-    return check
 
 
 def _most_at_once(runs: list[BodyRun]) -> int:
@@ -118,7 +77,7 @@ def test_no_more_than_n_steps_per_key_run_at_once_across_worker_processes(db, wo
                 OnePerTenant.create(session).write_metadata("tenant", tenant)
         session.commit()
 
-    _wait_until(_all_finished(db, 28), "every workflow to finish", tmp_path)
+    wait_until(lambda: finished_workflows(db) >= 28, "every workflow to finish", tmp_path, DEADLINE)
 
     with Session(db) as session:
         runs = list(session.scalars(sa.select(BodyRun)))
@@ -149,7 +108,7 @@ def test_ten_starts_a_second_hold_across_three_worker_processes(db, workers, tmp
             Gateway.create(session)
         session.commit()
 
-    _wait_until(_all_finished(db, 35), "every workflow to finish", tmp_path)
+    wait_until(lambda: finished_workflows(db) >= 35, "every workflow to finish", tmp_path, DEADLINE)
 
     with Session(db) as session:
         starts = sorted(
