@@ -83,7 +83,11 @@ def test_a_later_tenant_is_served_among_the_first_claims_across_worker_processes
     assert len(started) == A + B  # one execution each: none failed, none ran twice
     assert {outcome for _, outcome in started} == {"success"}
     b_places = [i for i, (hero, _) in enumerate(started) if hero.startswith("b.example")]
-    # Each of b's steps waits for at most a turn of a and one of the ordinary order per
-    # worker thread claiming at the same moment (3 workers x 4 threads): far from a's 60.
+    # b's first step waits for at most a turn of a and one of the ordinary order per worker
+    # thread claiming at the same moment (3 workers x 4 threads): far from a's 60.
     assert b_places[0] < 3 * 4 + 3
-    assert b_places[-1] < 3 * 4 + 3 * B
+    # Every one of b's steps starts while a's are still waiting (without a key, all of b's
+    # start after a's 60). Not a tighter bound: with 12 claims racing, b's later steps came at
+    # places 28-45 on PostgreSQL, one b claim in six to nine rather than the one in three the
+    # rotation alone would give (a bound of 27 failed one run in three; issue 39's note).
+    assert b_places[-1] < A
