@@ -51,18 +51,18 @@ class TwoAtATime(Workflow):
 
 
 class OnePerTenant(Workflow):
-    """A class-level limit of 1 per tenant, the tenant read from the workflow's metadata."""
+    """A class-level limit of 1 per tenant, the tenant passed as ``create(input=...)``."""
 
     may_proceed_without_hero = True
-    concurrency = ConcurrencyLimit(1, key=lambda wf: wf.read_metadata("tenant"))
+    concurrency = ConcurrencyLimit(1, key=lambda wf: wf.input["tenant"])
 
     @step
     def work(self) -> None:
-        _record(self, str(self.read_metadata("tenant")), BODY_SECONDS)
+        _record(self, str(self.input["tenant"]), BODY_SECONDS)
 
     @step
     def more(self) -> None:
-        _record(self, str(self.read_metadata("tenant")), BODY_SECONDS)
+        _record(self, str(self.input["tenant"]), BODY_SECONDS)
 
 
 class Gateway(Workflow):

@@ -1,14 +1,17 @@
 """Bad limits are refused when the class is defined, naming the class and step; a key callable
-that fails is the step's error, naming both, and takes no slot."""
+that fails is an error naming both: create()'s for a first step (nothing written), the step's
+for a later one (tests/limits/test_keys.py)."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 
 import pytest
+from sqlalchemy import func, select
 
 from geneva_drive import ConcurrencyLimit, RateLimit, StepConfigurationError, Workflow, step
-from tests.limits._support import counts, rows, start_all
+from geneva_drive.storage.models import StepExecution
+from tests.limits._support import counts
 
 
 class SecondGatewayUser(Workflow):
@@ -97,14 +100,14 @@ def test_a_bad_rate_limit_is_refused_naming_the_step(limit, expected):
         (KeyIsNone, "KeyIsNone.step 'work': the concurrency key callable returned None"),
     ],
 )
-def test_a_key_callable_that_fails_is_the_steps_error_and_takes_no_slot(gd, session, cls, expected):
-    workflow = cls.create(session)
+def test_a_first_steps_key_callable_that_fails_is_creates_error_and_writes_nothing(
+    gd, session, cls, expected
+):
+    with pytest.raises(StepConfigurationError) as refused:
+        cls.create(session)
+
+    assert expected in str(refused.value)
+    assert "(for the workflow without a hero)" in str(refused.value)
     session.commit()
-
-    start_all(gd)
-
-    (execution,) = rows(session, [workflow])
-    assert execution.state != "in_progress"
-    assert expected in (execution.error_message or "")
-    assert f"workflow id={workflow.id}" in (execution.error_message or "")
+    assert session.scalar(select(func.count()).select_from(StepExecution)) == 0
     assert counts(session) == (0, 0, 0)

@@ -13,13 +13,11 @@ from tests.limits._support import claim_and_start, counts, finish, rows, start_a
 from tests.limits.apps import OnePerTenant, TwoAtATime, Unlimited
 
 
-def _create(session, cls, count, **metadata):
+def _create(session, cls, count, tenant=None):
     workflows = []
     for _ in range(count):
-        workflow = cls.create(session)
-        for key, value in metadata.items():
-            workflow.write_metadata(key, value)
-        workflows.append(workflow)
+        given = {"tenant": tenant} if tenant is not None else None
+        workflows.append(cls.create(session, input=given))
     session.commit()
     return workflows
 

@@ -74,7 +74,7 @@ def test_no_more_than_n_steps_per_key_run_at_once_across_worker_processes(db, wo
             TwoAtATime.create(session)
         for tenant in ("a", "b"):
             for _ in range(6):
-                OnePerTenant.create(session).write_metadata("tenant", tenant)
+                OnePerTenant.create(session, input={"tenant": tenant})
         session.commit()
 
     wait_until(lambda: finished_workflows(db) >= 28, "every workflow to finish", tmp_path, DEADLINE)

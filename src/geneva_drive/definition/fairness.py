@@ -2,7 +2,7 @@
 
 ``fairness_key = lambda wf: wf.hero.tenant_id`` makes a worker's claims rotate among the
 keys' workflows (``storage.queries.fairness``). The callable runs once, when ``create()``
-starts the workflow — never in a claim — and its value is stored on the workflow and copied
+starts the workflow (``engine.starting.keys_before_start``) — never in a claim — and its value is stored on the workflow and copied
 onto each of its executions.
 """
 
@@ -75,19 +75,3 @@ def fair_key(cls: type[Workflow], workflow: Workflow, whose: str) -> str | None:
 def is_fair(cls: type[Workflow]) -> bool:
     """Whether ``cls``'s workflows take part in the rotation of fair claims."""
     return fairness_key_of(cls) is not None
-
-
-def key_before_start(
-    cls: type[Workflow], hero: Any, hero_type: str | None, hero_id: str | None
-) -> str | None:
-    """The key of a workflow of ``cls`` about to start for ``hero``: the callable gets a
-    transient workflow (no id yet, never added to a session) that holds the hero, so that an
-    error leaves nothing written."""
-    if fairness_key_of(cls) is None:
-        return None
-    workflow = cls()
-    workflow.hero_type, workflow.hero_id = hero_type, hero_id
-    if hero is not None:
-        workflow.__dict__["_gd_hero"] = hero
-    whose = "workflow without a hero" if hero_id is None else f"hero {hero_type} {hero_id!r}"
-    return fair_key(cls, workflow, whose)

@@ -137,19 +137,24 @@ def _declaring_class(cls: type[Workflow]) -> str:
     return cls.__name__
 
 
-def keys_for(workflow: Workflow, step_def: StepDefinition, limits: StepLimits) -> dict[str, str]:
+def keys_for(
+    workflow: Workflow, step_def: StepDefinition, limits: StepLimits, whose: str | None = None
+) -> dict[str, str]:
     """The keys stored with an execution of ``step_def``: ``{"concurrency": …, "rate": …}``.
 
     Runs the key callables (the application's code): an error there, or a value that is no
-    key, is a ``StepConfigurationError`` naming the class and step.
+    key, is a ``StepConfigurationError`` naming the class and step, and the workflow — by its
+    id, or by ``whose`` for one not inserted yet (``hero Account '7'``, ``inputs[2] of
+    create_many()``).
     """
+    which = f"workflow id={workflow.id}" if whose is None else f"for the {whose}"
     keys = {}
     if limits.concurrency is not None:
-        value = _value(workflow, step_def, limits.concurrency.key, "concurrency")
+        value = _value(workflow, step_def, limits.concurrency.key, "concurrency", which)
         owner = limits.concurrency_owner
         keys["concurrency"] = owner if value is None else f"{owner}:{value}"
     if limits.rate is not None:
-        value = _value(workflow, step_def, limits.rate.key, "rate_limit")
+        value = _value(workflow, step_def, limits.rate.key, "rate_limit", which)
         keys["rate"] = limits.rate_owner if value is None else value
     for kind, key in keys.items():
         if len(key) > MAX_KEY_LENGTH:
@@ -160,7 +165,9 @@ def keys_for(workflow: Workflow, step_def: StepDefinition, limits: StepLimits) -
     return keys
 
 
-def _value(workflow: Workflow, step_def: StepDefinition, key: Key, option: str) -> str | None:
+def _value(
+    workflow: Workflow, step_def: StepDefinition, key: Key, option: str, which: str
+) -> str | None:
     if key is None:
         return None
     if not callable(key):
@@ -170,12 +177,12 @@ def _value(workflow: Workflow, step_def: StepDefinition, key: Key, option: str) 
     except Exception as error:
         raise StepConfigurationError(
             f"{step_def.label}: the {option} key callable raised "
-            f"{type(error).__name__}: {error} (workflow id={workflow.id}); make it return a "
+            f"{type(error).__name__}: {error} ({which}); make it return a "
             "str or int for every workflow of the class"
         ) from error
     if isinstance(value, bool) or not isinstance(value, str | int) or value == "":
         raise StepConfigurationError(
             f"{step_def.label}: the {option} key callable returned {value!r} "
-            f"(workflow id={workflow.id}); it must return a non-empty str or an int"
+            f"({which}); it must return a non-empty str or an int"
         )
     return str(value)

@@ -66,8 +66,9 @@ if TYPE_CHECKING:
 
 # Where a parked row is due: never, until a release makes it due now.
 PARKED_UNTIL = datetime(3000, 1, 1, tzinfo=UTC)
-# Where an execution keeps its keys (its metadata), computed when it is scheduled
-# (:func:`scheduled_keys`) — or, for a workflow's first step, the first time it is claimed.
+# Where an execution keeps its keys (its metadata), computed when it is scheduled: by
+# create() for a workflow's first step (:func:`keys_at_start`), by the transaction that
+# schedules it for every later one (:func:`scheduled_keys`).
 KEYS = "limit_keys"
 # Instead of the keys, when a key callable failed as the execution was scheduled: the claim
 # fails the step with it (no user code runs in the claim).
@@ -105,6 +106,23 @@ def scheduled_keys(workflow: Workflow, step_def: StepDefinition) -> dict[str, An
         return {KEYS: keys_for(workflow, step_def, step_limits)}
     except StepConfigurationError as error:
         return {KEYS_ERROR: str(error)}
+
+
+def keys_at_start(
+    workflow: Workflow, step_def: StepDefinition, whose: str
+) -> dict[str, Any] | None:
+    """The metadata a workflow's first execution is inserted with (None for a step without
+    limits): its keys, computed by create() (create_many(), start_child(), a schedule's tick)
+    on the workflow not inserted yet, named by ``whose`` in errors.
+
+    Unlike :func:`scheduled_keys`, a key callable that fails is raised: nothing is written
+    yet, so create() refuses the workflow — its caller's mistake, told to its caller, rather
+    than a first step that fails in a worker later.
+    """
+    step_limits = limits_of(type(workflow), step_def)
+    if step_limits is None:
+        return None
+    return {KEYS: keys_for(workflow, step_def, step_limits, whose)}
 
 
 # "Not computed yet" for ``scheduling.execution_values``'s ``keys`` (None means "no limits").
@@ -148,9 +166,10 @@ def admit(
 ) -> Admission:
     """Take a slot and log a start, or park / postpone ``execution``. Under phase 1's locks.
 
-    The keys were stored with the execution when it was scheduled (:func:`scheduled_keys`);
-    only a workflow's first step computes them here, at its first claim (the application's
-    key callables run then, like its preconditions), and stores them for later claims.
+    The keys were stored with the execution when it was scheduled (:func:`keys_at_start`,
+    :func:`scheduled_keys`): no key callable runs here — except for a row scheduled before
+    its step had limits (a deploy that added one, or an older version that computed a first
+    step's keys at its claim), which has none stored and gets them once, now.
 
     ``chained``: the transaction did other work first (it completed the step before, and may
     have freed a slot), so it must wait for no lock: only a slot free at once is taken, and
@@ -161,8 +180,8 @@ def admit(
         problem = execution.read_metadata(KEYS_ERROR)
         if problem is not None:
             raise StepConfigurationError(str(problem))
-        # A workflow's first step (create() inserts it in SQL, before the application could
-        # write what a key reads), or a row scheduled by a version that stored no keys.
+        # A row scheduled while its step had no limits, or by a version that stored no keys
+        # for a first step: computed once and stored, as that version did.
         keys = keys_for(workflow, step_def, limits)
         execution.write_metadata(KEYS, keys)
     parked_before = bool(execution.read_metadata(PARKED))  # a waiter row to drop

@@ -40,11 +40,12 @@ from geneva_drive.core.errors import (
 from geneva_drive.core.ports import EnqueuedStep
 from geneva_drive.core.settings import settings_of
 from geneva_drive.core.states import ExecutionState, WorkflowState
-from geneva_drive.definition.fairness import is_fair, key_before_start
+from geneva_drive.definition.fairness import fair_key, is_fair
 from geneva_drive.definition.job_options import checked_step_job_options
+from geneva_drive.definition.limits import limits_of
 from geneva_drive.definition.ports import StartResult
 from geneva_drive.definition.workflow import Workflow, check_job_options
-from geneva_drive.engine import tracing, writer
+from geneva_drive.engine import limits, tracing, writer
 from geneva_drive.engine.outcomes import moved_columns
 from geneva_drive.engine.wakeups import enqueue_after_commit, note_woken, wake_for_start
 from geneva_drive.storage import queries, serialization
@@ -133,6 +134,72 @@ def plan_start(
     return Start(workflow, execution, options, first)
 
 
+@dataclass(frozen=True)
+class StartKeys:
+    """What a workflow's own code decides about its rows, worked out before they are
+    written: its fairness key and its first step's limit keys (as that execution's
+    metadata). Both None for a class without either — the usual case, no callable run."""
+
+    fair: str | None = None
+    limits: dict[str, Any] | None = None
+
+    def applied(self, start: Start) -> Start:
+        """``start`` with these keys in its rows (itself when there are none)."""
+        if (self.fair is None and self.limits is None) or start.first is None:
+            return start
+        first = dict(start.first)
+        if self.fair is not None:
+            first["fair_key"] = self.fair
+        if self.limits is not None:
+            first["metadata_json"] = self.limits
+        workflow = (
+            start.workflow if self.fair is None else {**start.workflow, "fair_key": self.fair}
+        )
+        return replace(start, workflow=workflow, first=first)
+
+    def group(self) -> tuple[str | None, str | None]:
+        """Equal for workflows whose rows may share one bulk insert's values."""
+        return self.fair, None if self.limits is None else _canonical(self.limits)
+
+
+def keys_before_start(
+    cls: type[Workflow],
+    start: Start,
+    hero_object: Any,
+    hero: Hero,
+    stored_input: Any,
+    whose: str,
+) -> StartKeys:
+    """:class:`StartKeys` of a workflow of ``cls`` about to start.
+
+    The callables get a transient workflow (no id yet, never added to a session) holding the
+    hero, the input and the metadata it will be inserted with — what create() can know — so
+    an error (a ``StepConfigurationError`` naming the class, the step and ``whose``) leaves
+    nothing written. A key that reads what the application writes *after* create() cannot
+    work: pass it as ``input=`` (or read it from the hero) instead.
+    """
+    step_def = start.first_step
+    limited = step_def is not None and limits_of(cls, step_def) is not None
+    if not limited and not is_fair(cls):
+        return StartKeys()
+    workflow = cls()
+    workflow.hero_type, workflow.hero_id = hero
+    workflow.input_json = stored_input
+    workflow.metadata_json = start.workflow.get("metadata_json")
+    if hero_object is not None:
+        workflow.__dict__["_gd_hero"] = hero_object
+    fair = fair_key(cls, workflow, whose)
+    workflow.fair_key = fair
+    keys = limits.keys_at_start(workflow, step_def, whose) if step_def is not None else None
+    return StartKeys(fair, keys)
+
+
+def _whose(hero_id: str | None, hero_type: str | None = None, item: str = "") -> str:
+    """How errors name a workflow not inserted yet: by its hero, and its place in a call."""
+    who = "workflow without a hero" if hero_id is None else f"hero {hero_type} {hero_id!r}"
+    return f"{who}, {item}" if item else who
+
+
 def _metadata(step_job_options: dict[str, Any] | None) -> dict[str, Any] | None:
     if not step_job_options:
         return None
@@ -170,11 +237,13 @@ def create(
     hero_type, hero_id = hero_key(cls, session, hero)
     start, now = _planned(cls, session, allow_multiple, step_job_options)
     row = {**start.workflow, "hero_type": hero_type, "hero_id": hero_id, "input_json": encoded}
-    key = key_before_start(cls, hero, hero_type, hero_id)
-    if key is not None:  # stored on the workflow and its executions (queries.fairness)
-        register_keys(session, [key])
-        row["fair_key"] = key
-        start = replace(start, first={**start.first, "fair_key": key} if start.first else None)
+    keys = keys_before_start(
+        cls, start, hero, (hero_type, hero_id), encoded, _whose(hero_id, hero_type)
+    )
+    if keys.fair is not None:  # stored on the workflow and its executions (queries.fairness)
+        register_keys(session, [keys.fair])
+        row["fair_key"] = keys.fair
+    start = keys.applied(start)
     if scheduled_tick is not None:
         row["scheduled_tick"] = scheduled_tick
     if parent is not None:
@@ -354,30 +423,31 @@ def _start_keyed(
     repeated: list[tuple[Any, Keyed]],
     allow_multiple: bool,
 ) -> StartResult:
-    """:func:`_start_all`, per fairness key of the heroes when ``cls`` has one: every key is
-    computed (and checked) before anything is written; the rows of one key share their
-    values, so each key's heroes start together."""
-    if not is_fair(cls):
+    """:func:`_start_all`, per :class:`StartKeys` of the workflows when ``cls`` has a
+    fairness key or its first step a limit: every key is computed (and checked) before
+    anything is written; the rows of one group share their values, so each group's workflows
+    start together. A class with neither starts all of them at once, as before."""
+    assert start.first_step is not None
+    if not is_fair(cls) and limits_of(cls, start.first_step) is None:
         return _start_all(session, start, unique, repeated, allow_multiple)
-    groups: dict[str | None, list[tuple[Any, Keyed]]] = {}
-    for hero, stored in unique:
-        key = key_before_start(cls, hero, *stored.hero)
-        groups.setdefault(key, []).append((hero, stored))
-    register_keys(session, [key for key in groups if key is not None])
-    order = {id(hero): i for i, (hero, _) in enumerate(unique)}
+    groups: dict[tuple[str | None, str | None], tuple[StartKeys, list[int]]] = {}
+    for i, (hero, stored) in enumerate(unique):
+        whose = _whose(stored.hero[1], stored.hero[0], f"{stored.item} of create_many()")
+        keys = keys_before_start(cls, start, hero, stored.hero, stored.input, whose)
+        groups.setdefault(keys.group(), (keys, []))[1].append(i)
+    register_keys(session, [k.fair for k, _ in groups.values() if k.fair is not None])
     result = StartResult(conflicts=[(hero, None) for hero, _ in repeated])
-    for key, members in groups.items():
-        assert start.first is not None
-        keyed = replace(
-            start,
-            workflow={**start.workflow, "fair_key": key},
-            first={**start.first, "fair_key": key},
-        )
-        part = _start_all(session, keyed, members, [], allow_multiple)
-        result.created += part.created
+    created: list[tuple[int, tuple[Any, int]]] = []  # (place in ``unique``, created)
+    for keys, places in groups.values():
+        members = [unique[i] for i in places]
+        part = _start_all(session, keys.applied(start), members, [], allow_multiple)
+        # ``part.created`` follows ``members``, less the heroes refused (hero-less workflows
+        # are never refused, and all have the hero None: hence placed by position).
+        refused = {id(hero) for hero, _ in part.conflicts}
+        kept = [i for i in places if unique[i][0] is None or id(unique[i][0]) not in refused]
+        created += zip(kept, part.created, strict=True)
         result.conflicts += part.conflicts
-    if len(groups) > 1:  # back in the order given
-        result.created.sort(key=lambda created: order.get(id(created[0]), 0))
+    result.created += [c for _, c in sorted(created, key=lambda placed: placed[0])]
     return result
 
 
@@ -421,6 +491,7 @@ class Keyed:
 
     hero: Hero
     input: Any = None
+    item: str = ""  # where the call gave it, as errors name it: heroes[3], inputs[0]
 
 
 def _keyed_heroes(
@@ -442,10 +513,14 @@ def _keyed_heroes(
         if count and not cls.may_proceed_without_hero:
             hero_key(cls, session, None)  # raises the hero-less refusal of create()
         given = inputs if inputs is not None else [None] * count
-        return [(None, Keyed((None, None), value)) for value in given]
+        where = "inputs" if inputs is not None else "count"
+        return [(None, Keyed((None, None), v, f"{where}[{i}]")) for i, v in enumerate(given)]
     keyed = [(hero, hero_key(cls, session, hero, verb="create_many")) for hero in heroes or ()]
     given = inputs if inputs is not None else [None] * len(keyed)
-    return [(hero, Keyed(key, value)) for (hero, key), value in zip(keyed, given, strict=True)]
+    return [
+        (hero, Keyed(key, value, f"heroes[{i}]"))
+        for i, ((hero, key), value) in enumerate(zip(keyed, given, strict=True))
+    ]
 
 
 def _split_repeats(
