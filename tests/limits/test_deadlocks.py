@@ -12,16 +12,17 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 import sqlalchemy as sa
 from sqlalchemy import event, select
 
+from geneva_drive import ConcurrencyLimit, Workflow, step
 from geneva_drive.engine.prepare import Prepared
-from geneva_drive.storage.models import LimitSlot, StepExecution
+from geneva_drive.storage.models import LimitSlot, LimitWaiter, StepExecution
 from geneva_drive.storage.queries import is_transient
-from tests.limits._support import claim_and_start, counts, finish, rows
+from tests.limits._support import claim_and_start, counts, finish, rows, start_all
 from tests.limits.apps import BodyRun, TwoAtATime
 
 DEADLINE = 60.0
@@ -134,3 +135,112 @@ def test_the_error_of_a_savepoint_a_deadlock_undid_is_transient_too():
     assert not is_transient(lost)  # alone: a programming error, the step's to report
     lost.__context__ = deadlock
     assert is_transient(lost)
+
+
+# -- phase 3: the transaction that records a step's outcome and frees its slot ------------------
+
+
+class OneAtATime(Workflow):
+    """A global limit of 1; counts its bodies' runs outside any transaction (a rolled-back
+    run still ran)."""
+
+    may_proceed_without_hero = True
+    runs: ClassVar[dict[int, int]] = {}
+
+    @step(concurrency=ConcurrencyLimit(1))
+    def work(self) -> None:
+        OneAtATime.runs[self.id] = OneAtATime.runs.get(self.id, 0) + 1
+
+
+def _waiting_for_an_execution(engine: sa.Engine) -> bool:
+    if engine.dialect.name == "postgresql":
+        query = "SELECT count(*) FROM pg_locks WHERE NOT granted"
+    else:
+        query = (
+            "SELECT count(*) FROM information_schema.processlist WHERE command = 'Query' "
+            "AND info LIKE 'UPDATE geneva_drive_step_executions%%'"
+        )
+    with engine.connect() as connection:
+        return int(connection.execute(sa.text(query)).scalar_one()) > 0
+
+
+@pytest.mark.usefixtures("server_only")
+def test_a_claim_of_a_parked_row_racing_the_release_that_wakes_it_never_reruns_the_body(
+    gd, session
+):
+    """The cycle: phase 3 frees the slot and locks the key's first waiter row, then wants its
+    execution row, to make it due; a claim of that very execution (an operator made it due)
+    holds the execution row and wants the waiter row, to drop it. Phase 3 must not wait for
+    the execution row: the claim takes the freed slot itself."""
+    OneAtATime.runs.clear()
+    holder, waiter = OneAtATime.create(session), OneAtATime.create(session)
+    session.commit()
+    holding, started = claim_and_start(gd)
+    assert isinstance(started, Prepared) and started.workflow_id == holder.id
+    parked_session, parked = claim_and_start(gd)
+    parked_session.close()
+    assert not isinstance(parked, Prepared)
+    (waiting,) = rows(session, [waiter])
+    assert counts(session)[:2] == (1, 1)
+
+    other = gd.engine.connect()
+    other_tx = other.begin()
+    fired = threading.Event()
+
+    def after_waiter_lookup(conn: Any, cursor: Any, statement: str, *_args: Any) -> None:
+        # Phase 3 has just freed the slot and locked the waiter row: now the claim of the
+        # parked row locks it (and weighs more, so that InnoDB would pick phase 3 as victim).
+        if conn is other or fired.is_set():
+            return
+        if "geneva_drive_limit_waiters" in statement and "SKIP LOCKED" in statement.upper():
+            fired.set()
+            other.execute(
+                sa.insert(BodyRun),
+                [{"key": "ballast", "began": 0.0, "ended": 0.0} for _ in range(200)],
+            )
+            other.execute(
+                select(StepExecution.id).where(StepExecution.id == waiting.id).with_for_update()
+            )
+
+    event.listen(gd.engine, "after_cursor_execute", after_waiter_lookup)
+    outcome: dict[str, Any] = {}
+
+    def phase3() -> None:
+        try:
+            finish(gd, holding, started)
+        except Exception as error:  # what phase 3 lets out, asserted below
+            outcome["error"] = error
+
+    finisher = threading.Thread(target=phase3)
+    try:
+        finisher.start()
+        deadline = time.monotonic() + DEADLINE
+        while finisher.is_alive() and not _waiting_for_an_execution(gd.engine):
+            assert time.monotonic() < deadline, "phase 3 neither ended nor waited"
+            time.sleep(0.01)  # polling a condition with a deadline
+        # The claim drops the waiter row (closing the cycle if phase 3 waits for it), then
+        # takes the slot phase 3 freed: here, it makes the row due for the next claim.
+        other.execute(sa.delete(LimitWaiter).where(LimitWaiter.execution_id == waiting.id))
+        other.execute(
+            sa.update(StepExecution)
+            .where(StepExecution.id == waiting.id)
+            .values(scheduled_for=gd.clock.now())
+        )
+        finisher.join(DEADLINE)
+        other.execute(sa.delete(BodyRun).where(BodyRun.key == "ballast"))
+        other_tx.commit()
+    finally:
+        event.remove(gd.engine, "after_cursor_execute", after_waiter_lookup)
+        other.close()
+    assert fired.is_set()
+    assert not finisher.is_alive()
+
+    assert "error" not in outcome, f"phase 3 failed: {outcome['error']!r}"
+    (done,) = rows(session, [holder])
+    assert (done.state, done.outcome) == ("completed", "success")
+    # The waiter starts on the freed slot, and the holder's body never runs again.
+    for step_session, prepared in start_all(gd):
+        finish(gd, step_session, prepared)
+    assert [e.outcome for e in rows(session, [holder, waiter])] == ["success", "success"]
+    assert OneAtATime.runs == {holder.id: 1, waiter.id: 1}
+    assert counts(session)[:2] == (0, 0)

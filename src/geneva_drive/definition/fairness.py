@@ -2,8 +2,8 @@
 
 ``fairness_key = lambda wf: wf.hero.tenant_id`` makes a worker's claims rotate among the
 keys' workflows (``storage.queries.fairness``). The callable runs once, when ``create()``
-starts the workflow (``engine.starting.keys_before_start``) — never in a claim — and its value is stored on the workflow and copied
-onto each of its executions.
+starts the workflow (``engine.starting.keys_before_start``) — never in a claim — and its
+value is stored on the workflow and copied onto each of its executions.
 """
 
 from __future__ import annotations

@@ -19,9 +19,13 @@ release that committed between "all slots are held" and "park" (``queries.limits
 
 Deadlocks: the lock order is the workflow row (the claim's), then a rate key's row, then
 slot rows in slot order. A transaction that freed a slot never waits for another lock: phase
-3 frees last, and a step it then starts (chaining, ``chaining``) takes only a slot free at
-once (``SKIP LOCKED``) and is never rate-limited; without a free slot the row is left due for
-an ordinary claim, which parks it. A key's slot rows are created by the first takers, and
+3 frees last; the waiter it wakes is taken ``SKIP LOCKED``, its execution too (a claim of
+that execution, made due by an operator, holds it and waits for the waiter row — waiting
+for it was a cycle that rolled phase 3 back and ran its step again; the claim takes the
+freed slot itself); and a step it then starts (chaining, ``chaining``) takes only a slot free
+at once (``SKIP LOCKED``) and is never rate-limited; without a free slot the row is left due
+for an ordinary claim, which parks it. (MariaDB runs at READ COMMITTED, so these reads take
+no gap locks; a release finds its slot row through the unique index on its execution.) A key's slot rows are created by the first takers, and
 those may deadlock each other: no savepoint is used (InnoDB undoes the whole transaction on
 a deadlock, and the savepoint's rollback then failed in its place), so the error stays a
 deadlock, phase 1 is rolled back whole, and the worker claims again (``runtime.worker``).

@@ -9,7 +9,8 @@ either commits before the parker reads the slots (the parker sees the free slot 
 or waits for the parker's commit (and then sees its waiter): never a waiter left behind.
 
 Lock order: the workflow row (the claim's), then slot rows in slot order, or one rate key's
-row (:func:`lock_key`). A transaction that frees a slot waits for no other slot row.
+row (:func:`lock_key`). A transaction that frees a slot waits for no other lock after it:
+waiter rows and their executions are taken ``SKIP LOCKED`` (:func:`wake_waiters`).
 """
 
 from __future__ import annotations
@@ -279,42 +280,56 @@ def wake_waiters(
     """Make the first ``count`` waiters of ``key`` due now (priority, then the longest
     waiting), dropping waiters whose execution is no longer parked on the way.
 
-    The waiter rows are taken ``FOR UPDATE SKIP LOCKED``: one another release is waking at
-    this moment is left to it (waking it twice would wake one waiter fewer, and wait for
-    that release's commit while holding a slot row). The execution is made due only while
-    it is still parked (the UPDATE re-checks it under the row lock).
+    Nothing here waits for a lock: it runs after a slot row was freed (or taken), whose lock
+    others wait for. The waiter rows are taken ``FOR UPDATE SKIP LOCKED``: one another
+    release is waking at this moment is left to it (waking it twice would wake one waiter
+    fewer). Their executions are locked ``SKIP LOCKED`` too, before anything is written:
+    a parked execution another transaction holds is being claimed (an operator made it due:
+    that claim drops its waiter row and takes the freed slot itself, or parks again) or
+    moved by an operator. Waiting for it closed a cycle — the claim, holding the execution,
+    waits for the waiter row this transaction holds (phase 3 then deadlocked, and its step
+    ran again; tests/limits/test_deadlocks.py) — so it is left to that transaction, waiter
+    row and all, and the next waiter is woken instead.
     """
     woken: list[Woken] = []
+    busy: list[int] = []  # parked, held by another transaction: left to it
     while len(woken) < count:
+        waiting = select(LimitWaiter.execution_id).where(LimitWaiter.key == key)
+        if busy:
+            waiting = waiting.where(LimitWaiter.execution_id.not_in(busy))
         batch = session.execute(
-            select(LimitWaiter.execution_id)
-            .where(LimitWaiter.key == key)
-            .order_by(LimitWaiter.priority, LimitWaiter.since, LimitWaiter.execution_id)
+            waiting.order_by(LimitWaiter.priority, LimitWaiter.since, LimitWaiter.execution_id)
             .limit(count - len(woken))
             .with_for_update(skip_locked=True)
         ).all()
         if not batch:
             break
         ids = [int(row[0]) for row in batch]
-        session.execute(delete(LimitWaiter).where(LimitWaiter.execution_id.in_(ids)))
         parked = and_(
             StepExecution.id.in_(ids),
             in_state(StepExecution.state, ExecutionState.SCHEDULED),
             StepExecution.scheduled_for == parked_until,
         )
+        columns = (
+            StepExecution.id,
+            StepExecution.workflow_id,
+            StepExecution.step_name,
+            StepExecution.queue,
+        )
         rows = session.execute(
-            select(
-                StepExecution.id,
-                StepExecution.workflow_id,
-                StepExecution.step_name,
-                StepExecution.queue,
-            ).where(parked)
+            select(*columns).where(parked).with_for_update(skip_locked=True)
         ).all()
+        if len(rows) < len(ids):  # some are no longer parked, or held: a read tells which
+            held = set(session.scalars(select(StepExecution.id).where(parked)))
+            busy += sorted(held - {int(r[0]) for r in rows})
+        dropped = [i for i in ids if i not in busy]
+        if dropped:
+            session.execute(delete(LimitWaiter).where(LimitWaiter.execution_id.in_(dropped)))
         if not rows:
             continue
         session.execute(
             update(StepExecution)
-            .where(parked)
+            .where(StepExecution.id.in_([int(r[0]) for r in rows]))
             .values(scheduled_for=now, updated_at=now)
             .execution_options(synchronize_session=False)
         )
