@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 
 import pytest
 import sqlalchemy as sa
+from sqlalchemy import event
 
 from geneva_drive import ConcurrencyLimit, RateLimit, StepConfigurationError, Workflow, step
 from geneva_drive.engine.prepare import Prepared
@@ -139,3 +140,55 @@ def test_start_child_computes_the_childs_first_keys(gd, session):
         "rate": "gateway-kid",
     }
     assert KeyedAtCreate.calls == 2
+
+
+class StartsUnlimited(Workflow):
+    may_proceed_without_hero = True
+
+    @step
+    def work(self) -> None:
+        pass
+
+
+class StartsLimited(Workflow):
+    may_proceed_without_hero = True
+    concurrency = ConcurrencyLimit(5, key=lambda wf: wf.input["tenant"])
+
+    @step
+    def work(self) -> None:
+        pass
+
+
+def _start_statements(gd: Any, start: Any) -> int:
+    seen: list[str] = []
+
+    def count(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        seen.append(statement)
+
+    event.listen(gd.engine, "before_cursor_execute", count)
+    try:
+        start()
+    finally:
+        event.remove(gd.engine, "before_cursor_execute", count)
+    return len(seen)
+
+
+def test_the_first_steps_keys_cost_create_no_statement(gd, session):
+    tenant = {"tenant": "a"}
+    for cls in (StartsUnlimited, StartsLimited):  # first uses: connection, caches
+        cls.create(session, input=tenant)
+        cls.create_many(session, inputs=[tenant, tenant])
+    free = _start_statements(gd, lambda: StartsUnlimited.create(session, input=tenant))
+    limited = _start_statements(gd, lambda: StartsLimited.create(session, input=tenant))
+    many = [tenant] * 50
+    free_many = _start_statements(gd, lambda: StartsUnlimited.create_many(session, inputs=many))
+    limited_many = _start_statements(gd, lambda: StartsLimited.create_many(session, inputs=many))
+    # Two keys: one bulk insert each (the rows of one insert share the execution's metadata).
+    two_keys = [{"tenant": "a"}, {"tenant": "b"}] * 25
+    limited_two = _start_statements(gd, lambda: StartsLimited.create_many(session, inputs=two_keys))
+    session.commit()
+
+    assert limited == free
+    assert limited_many == free_many
+    assert limited_two <= 2 * free_many
+    assert session.scalar(sa.select(sa.func.count()).select_from(StepExecution)) == 158

@@ -25,10 +25,11 @@ for it was a cycle that rolled phase 3 back and ran its step again; the claim ta
 freed slot itself); and a step it then starts (chaining, ``chaining``) takes only a slot free
 at once (``SKIP LOCKED``) and is never rate-limited; without a free slot the row is left due
 for an ordinary claim, which parks it. (MariaDB runs at READ COMMITTED, so these reads take
-no gap locks; a release finds its slot row through the unique index on its execution.) A key's slot rows are created by the first takers, and
-those may deadlock each other: no savepoint is used (InnoDB undoes the whole transaction on
-a deadlock, and the savepoint's rollback then failed in its place), so the error stays a
-deadlock, phase 1 is rolled back whole, and the worker claims again (``runtime.worker``).
+no gap locks; a release finds its slot row through the unique index on its execution.)
+A key's slot rows are created by the first takers, and those may deadlock each other: no
+savepoint is used (InnoDB undoes the whole transaction on a deadlock, and the savepoint's
+rollback then failed in its place), so the error stays a deadlock, phase 1 is rolled back
+whole, and the worker claims again (``runtime.worker``).
 
 A slot passes on: when a step completes and its successor, inserted already started in the
 same transaction, has the same concurrency key and no rate limit, the slot row is moved to

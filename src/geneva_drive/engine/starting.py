@@ -435,7 +435,9 @@ def _start_keyed(
         whose = _whose(stored.hero[1], stored.hero[0], f"{stored.item} of create_many()")
         keys = keys_before_start(cls, start, hero, stored.hero, stored.input, whose)
         groups.setdefault(keys.group(), (keys, []))[1].append(i)
-    register_keys(session, [k.fair for k, _ in groups.values() if k.fair is not None])
+    fair_keys = [k.fair for k, _ in groups.values() if k.fair is not None]
+    if fair_keys:  # (a class with limits alone has none to register)
+        register_keys(session, fair_keys)
     result = StartResult(conflicts=[(hero, None) for hero, _ in repeated])
     created: list[tuple[int, tuple[Any, int]]] = []  # (place in ``unique``, created)
     for keys, places in groups.values():
