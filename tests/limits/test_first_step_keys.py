@@ -4,7 +4,7 @@ fails there is create()'s error, naming the class and step, with nothing written
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
 
 import pytest
@@ -12,6 +12,7 @@ import sqlalchemy as sa
 from sqlalchemy import event
 
 from geneva_drive import ConcurrencyLimit, RateLimit, StepConfigurationError, Workflow, step
+from geneva_drive.engine import starting
 from geneva_drive.engine.prepare import Prepared
 from geneva_drive.storage.models import LimitSlot, StepExecution, workflows_table
 from tests.limits._support import claim_and_start, finish, rows
@@ -192,3 +193,29 @@ def test_the_first_steps_keys_cost_create_no_statement(gd, session):
     assert limited_many == free_many
     assert limited_two <= 2 * free_many
     assert session.scalar(sa.select(sa.func.count()).select_from(StepExecution)) == 158
+
+
+class KeyedByTick(Workflow):
+    may_proceed_without_hero = True
+    concurrency = ConcurrencyLimit(1, key=lambda wf: wf.scheduled_tick.strftime("%H:%M"))
+
+    @step
+    def work(self) -> None:
+        pass
+
+
+def test_a_schedules_tick_is_there_for_the_first_steps_key(gd, session):
+    tick = datetime(2026, 3, 1, 3, 0, tzinfo=UTC)
+    # What a schedule's tick runs (engine.schedules), for a class of no schedule of its own.
+    workflow = starting.create(
+        KeyedByTick,
+        session,
+        hero=None,
+        allow_multiple=True,
+        step_job_options=None,
+        scheduled_tick=tick,
+    )
+    session.commit()
+
+    (first,) = rows(session, [workflow])
+    assert first.read_metadata("limit_keys") == {"concurrency": "KeyedByTick:03:00"}

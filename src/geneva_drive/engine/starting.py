@@ -169,14 +169,16 @@ def keys_before_start(
     hero: Hero,
     stored_input: Any,
     whose: str,
+    known: dict[str, Any] | None = None,
 ) -> StartKeys:
     """:class:`StartKeys` of a workflow of ``cls`` about to start.
 
     The callables get a transient workflow (no id yet, never added to a session) holding the
-    hero, the input and the metadata it will be inserted with — what create() can know — so
-    an error (a ``StepConfigurationError`` naming the class, the step and ``whose``) leaves
-    nothing written. A key that reads what the application writes *after* create() cannot
-    work: pass it as ``input=`` (or read it from the hero) instead.
+    hero, the input, the metadata and the ``known`` columns (a schedule's tick, a child's
+    parent) it will be inserted with — what create() can know — so an error (a
+    ``StepConfigurationError`` naming the class, the step and ``whose``) leaves nothing
+    written. A key that reads what the application writes *after* create() cannot work:
+    pass it as ``input=`` (or read it from the hero) instead.
     """
     step_def = start.first_step
     limited = step_def is not None and limits_of(cls, step_def) is not None
@@ -186,6 +188,8 @@ def keys_before_start(
     workflow.hero_type, workflow.hero_id = hero
     workflow.input_json = stored_input
     workflow.metadata_json = start.workflow.get("metadata_json")
+    for column, value in (known or {}).items():
+        setattr(workflow, column, value)
     if hero_object is not None:
         workflow.__dict__["_gd_hero"] = hero_object
     fair = fair_key(cls, workflow, whose)
@@ -237,17 +241,19 @@ def create(
     hero_type, hero_id = hero_key(cls, session, hero)
     start, now = _planned(cls, session, allow_multiple, step_job_options)
     row = {**start.workflow, "hero_type": hero_type, "hero_id": hero_id, "input_json": encoded}
+    known: dict[str, Any] = {}  # what else a key may read: the tick, the parent
+    if scheduled_tick is not None:
+        known["scheduled_tick"] = scheduled_tick
+    if parent is not None:
+        known["parent_id"], known["child_key"] = parent
+    row.update(known)
     keys = keys_before_start(
-        cls, start, hero, (hero_type, hero_id), encoded, _whose(hero_id, hero_type)
+        cls, start, hero, (hero_type, hero_id), encoded, _whose(hero_id, hero_type), known
     )
     if keys.fair is not None:  # stored on the workflow and its executions (queries.fairness)
         register_keys(session, [keys.fair])
         row["fair_key"] = keys.fair
     start = keys.applied(start)
-    if scheduled_tick is not None:
-        row["scheduled_tick"] = scheduled_tick
-    if parent is not None:
-        row["parent_id"], row["child_key"] = parent
     connection = connection_of(session)
     notify, notified = wake_for_start(session, start.queue, start.due)
     ids = starter_for(connection).insert_one(connection, row, start.first, notify)
