@@ -19,6 +19,7 @@ import sqlalchemy as sa
 from sqlalchemy import event, select
 
 from geneva_drive import ConcurrencyLimit, Workflow, step
+from geneva_drive.engine.limits import PARKED_UNTIL
 from geneva_drive.engine.prepare import Prepared
 from geneva_drive.storage.models import LimitSlot, LimitWaiter, StepExecution
 from geneva_drive.storage.queries import is_transient
@@ -243,4 +244,50 @@ def test_a_claim_of_a_parked_row_racing_the_release_that_wakes_it_never_reruns_t
         finish(gd, step_session, prepared)
     assert [e.outcome for e in rows(session, [holder, waiter])] == ["success", "success"]
     assert OneAtATime.runs == {holder.id: 1, waiter.id: 1}
+    assert counts(session)[:2] == (0, 0)
+
+
+@pytest.mark.usefixtures("server_only")
+def test_a_release_wakes_the_next_waiter_when_another_transaction_holds_the_first(gd, session):
+    OneAtATime.runs.clear()
+    holder, first, second = (OneAtATime.create(session) for _ in range(3))
+    session.commit()
+    holding, started = claim_and_start(gd)
+    assert isinstance(started, Prepared) and started.workflow_id == holder.id
+    for _ in range(2):
+        parked_session, _parked = claim_and_start(gd)
+        parked_session.close()
+    held_waiter, next_waiter = rows(session, [first, second])
+    assert counts(session)[:2] == (1, 2)
+
+    other = gd.engine.connect()
+    other_tx = other.begin()
+    finisher = threading.Thread(target=finish, args=(gd, holding, started))
+    try:
+        # Another transaction holds the first waiter's execution (a claim, an operator).
+        other.execute(
+            select(StepExecution.id).where(StepExecution.id == held_waiter.id).with_for_update()
+        )
+        finisher.start()
+        finisher.join(DEADLINE / 4)  # a deadline for the failure only: it never waits
+        waited = finisher.is_alive()
+    finally:
+        other_tx.rollback()
+        other.close()
+        finisher.join(DEADLINE)
+    assert not waited, "phase 3 waited for a lock after it freed the slot"
+
+    held_waiter, next_waiter = rows(session, [first, second])
+    assert held_waiter.scheduled_for == PARKED_UNTIL  # left to the other transaction
+    assert next_waiter.scheduled_for == gd.clock.now()  # woken instead
+    waiting = session.scalars(select(LimitWaiter.execution_id)).all()
+    assert waiting == [held_waiter.id]  # its waiter row kept: the next release wakes it
+    while runs := start_all(gd):
+        for step_session, prepared in runs:
+            if isinstance(prepared, Prepared):
+                finish(gd, step_session, prepared)
+            else:
+                step_session.close()
+    assert [e.outcome for e in rows(session, [holder, first, second])] == ["success"] * 3
+    assert OneAtATime.runs == {holder.id: 1, first.id: 1, second.id: 1}
     assert counts(session)[:2] == (0, 0)
