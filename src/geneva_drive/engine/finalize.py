@@ -118,7 +118,12 @@ def finalize(
             if isinstance(failure, Exception) and queries.is_transient(failure):
                 # The outcome and the body's writes were rolled back together. Hand the
                 # execution back now rather than leave it in progress under our live lease
-                # (the heartbeat would keep it from ever being recovered).
+                # (the heartbeat would keep it from ever being recovered). Its body runs
+                # again: retrying only the outcome would lose the writes, and whether the
+                # body wrote nothing is not known cheaply (its transaction is begun on the
+                # held connection, and Core statements bypass the session's bookkeeping).
+                # So the engine's own statements here avoid the cycles instead: freeing a
+                # slot waits for no lock after it (engine.limits, "Deadlocks").
                 _release_after_transient_error(session, execution_id, failure, config)
             raise
     prepared.workflow, prepared.execution = workflow, execution
