@@ -162,13 +162,17 @@ class StartKeys:
         return self.fair, None if self.limits is None else _canonical(self.limits)
 
 
+NO_KEYS = StartKeys()
+
+
 def keys_before_start(
     cls: type[Workflow],
     start: Start,
     hero_object: Any,
     hero: Hero,
     stored_input: Any,
-    whose: str,
+    *,
+    item: str = "",
     known: dict[str, Any] | None = None,
 ) -> StartKeys:
     """:class:`StartKeys` of a workflow of ``cls`` about to start.
@@ -176,14 +180,14 @@ def keys_before_start(
     The callables get a transient workflow (no id yet, never added to a session) holding the
     hero, the input, the metadata and the ``known`` columns (a schedule's tick, a child's
     parent) it will be inserted with — what create() can know — so an error (a
-    ``StepConfigurationError`` naming the class, the step and ``whose``) leaves nothing
-    written. A key that reads what the application writes *after* create() cannot work:
-    pass it as ``input=`` (or read it from the hero) instead.
+    ``StepConfigurationError`` naming the class, the step, the hero and ``item``, its place
+    in a create_many() call) leaves nothing written. A key that reads what the application
+    writes *after* create() cannot work: pass it as ``input=`` (or read it from the hero).
     """
     step_def = start.first_step
     limited = step_def is not None and limits_of(cls, step_def) is not None
     if not limited and not is_fair(cls):
-        return StartKeys()
+        return NO_KEYS  # the usual case: two look-ups, nothing made
     workflow = cls()
     workflow.hero_type, workflow.hero_id = hero
     workflow.input_json = stored_input
@@ -192,6 +196,7 @@ def keys_before_start(
         setattr(workflow, column, value)
     if hero_object is not None:
         workflow.__dict__["_gd_hero"] = hero_object
+    whose = _whose(hero[1], hero[0], item)
     fair = fair_key(cls, workflow, whose)
     workflow.fair_key = fair
     keys = limits.keys_at_start(workflow, step_def, whose) if step_def is not None else None
@@ -247,9 +252,7 @@ def create(
     if parent is not None:
         known["parent_id"], known["child_key"] = parent
     row.update(known)
-    keys = keys_before_start(
-        cls, start, hero, (hero_type, hero_id), encoded, _whose(hero_id, hero_type), known
-    )
+    keys = keys_before_start(cls, start, hero, (hero_type, hero_id), encoded, known=known)
     if keys.fair is not None:  # stored on the workflow and its executions (queries.fairness)
         register_keys(session, [keys.fair])
         row["fair_key"] = keys.fair
@@ -438,8 +441,8 @@ def _start_keyed(
         return _start_all(session, start, unique, repeated, allow_multiple)
     groups: dict[tuple[str | None, str | None], tuple[StartKeys, list[int]]] = {}
     for i, (hero, stored) in enumerate(unique):
-        whose = _whose(stored.hero[1], stored.hero[0], f"{stored.item} of create_many()")
-        keys = keys_before_start(cls, start, hero, stored.hero, stored.input, whose)
+        item = f"{stored.item} of create_many()"
+        keys = keys_before_start(cls, start, hero, stored.hero, stored.input, item=item)
         groups.setdefault(keys.group(), (keys, []))[1].append(i)
     fair_keys = [k.fair for k, _ in groups.values() if k.fair is not None]
     if fair_keys:  # (a class with limits alone has none to register)
