@@ -284,8 +284,10 @@ def _complete(
     else:
         # A step started directly is all that follows the completion in this transaction
         # (nothing of the application's runs for it, see chaining._started_directly): the
-        # completion may commit as it is written.
-        wrote_workflow, wrote_execution, created = completer.complete(
+        # completion may commit as it is written — also when it passes the slot on in the
+        # same statement (it frees none: nothing to wake).
+        passes = holds is not None and after.inherits
+        wrote_workflow, wrote_execution, created, passed = completer.complete(
             session,
             workflow,
             after.navigation,
@@ -293,7 +295,8 @@ def _complete(
             execution,
             done,
             after.row,
-            alone=after.direct and holds is None,
+            alone=after.direct and (holds is None or passes),
+            pass_slot=(workflow.id, now) if passes else None,
         )
     if not wrote_workflow:
         return False, None
@@ -306,7 +309,8 @@ def _complete(
         return True, None
     writer.record_clean_resolution(session, execution)
     if holds is not None and after.inherits and created is not None:
-        limits.pass_on(session, execution.id, created, workflow.id, now)
+        if not passed:  # the completion could not pass it on in its own statement
+            limits.pass_on(session, execution.id, created, workflow.id, now)
     elif holds is not None:
         limits.release(session, execution.id, holds, now)
     chained = None
