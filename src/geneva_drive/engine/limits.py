@@ -55,7 +55,7 @@ from sqlalchemy.orm import Session
 
 from geneva_drive.core.errors import StepConfigurationError
 from geneva_drive.core.ports import EnqueuedStep
-from geneva_drive.definition.limits import StepLimits, keys_for, limits_of
+from geneva_drive.definition.limits import MAX_KEY_LENGTH, StepLimits, keys_for, limits_of
 from geneva_drive.engine.wakeups import enqueue_after_commit, enqueued_step
 from geneva_drive.storage.queries import limits as queries
 
@@ -68,13 +68,13 @@ if TYPE_CHECKING:
 PARKED_UNTIL = datetime(3000, 1, 1, tzinfo=UTC)
 # Where an execution keeps its keys (its metadata), computed when it is scheduled
 # (:func:`scheduled_keys`) — or, for a workflow's first step, the first time it is claimed.
-KEYS = "limit_keys"
+KEYS = queries.KEYS
 # Instead of the keys, when a key callable failed as the execution was scheduled: the claim
 # fails the step with it (no user code runs in the claim).
 KEYS_ERROR = "limit_keys_error"
 # Set on an execution the first time it parks: a later claim has a waiter row to drop.
-PARKED = "limit_parked"
-CONCURRENCY, RATE = "concurrency", "rate"
+PARKED = queries.PARKED
+CONCURRENCY, RATE = queries.CONCURRENCY, "rate"
 # How long past its window a start stays in the log. Each worker counts from its own ``now``,
 # read before it waited for the key's lock: a worker whose ``now`` is later than another's
 # must not forget starts that the other, admitted after it, still has to count.
@@ -121,6 +121,17 @@ def inherits_slot(
     if held is None or keys is None or step_limits is None or step_limits.rate is not None:
         return False
     return keys.get(KEYS) == {CONCURRENCY: held}
+
+
+def constant_key(step_limits: StepLimits) -> str | None:
+    """The concurrency key of a step whose key is no callable (class or step constant, or
+    none: the owner's global key), as :func:`keys_for` would compute it; None otherwise."""
+    concurrency = step_limits.concurrency
+    if concurrency is None or callable(concurrency.key):
+        return None
+    owner = step_limits.concurrency_owner
+    key = owner if concurrency.key is None else f"{owner}:{concurrency.key}"
+    return key if len(key) <= MAX_KEY_LENGTH else None
 
 
 def pass_on(

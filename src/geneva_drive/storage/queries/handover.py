@@ -36,21 +36,33 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
+    Integer,
     String,
     and_,
     bindparam,
+    case,
+    cast,
+    exists,
     func,
     literal_column,
+    or_,
     select,
     true,
     tuple_,
     update,
 )
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
 from geneva_drive.core.states import WorkflowState
-from geneva_drive.storage.models import TIMEOUT_FOR, StepExecution, WorkflowColumns
+from geneva_drive.storage.models import (
+    TIMEOUT_FOR,
+    LimitSlot,
+    LimitWaiter,
+    StepExecution,
+    WorkflowColumns,
+)
 from geneva_drive.storage.queries._sql import as_array, mapped_class, text_array, workflow_model
 from geneva_drive.storage.queries.bypass import (
     as_loaded,
@@ -69,6 +81,7 @@ from geneva_drive.storage.queries.claims import (
     loaded_classes_in_arrays,
 )
 from geneva_drive.storage.queries.executions import completion_ctes, completion_params
+from geneva_drive.storage.queries.limits import CONCURRENCY, KEYS, PARKED
 
 
 @dataclass(frozen=True)
@@ -85,6 +98,33 @@ class NextClaim:
     direct: tuple[tuple[str, ...], tuple[str, ...]]
     alone: bool
     wide: bool = False
+    limited: Limited | None = None
+    held_key: str | None = None
+
+
+@dataclass(frozen=True)
+class Limited:
+    """The steps it may start holding a concurrency slot (see the module's docstring), as
+    four text arrays, pairwise: workflow types, step names, each step's limit ``n``, and its
+    key when it is a constant (else None: the key stored with the execution is used)."""
+
+    types: tuple[str, ...]
+    steps: tuple[str, ...]
+    ns: tuple[int, ...]
+    keys: tuple[str | None, ...]
+
+    def params(self) -> dict[str, str]:
+        return {
+            "limited_types": text_array(self.types),
+            "limited_steps": text_array(self.steps),
+            "limited_ns": "{" + ",".join(str(n) for n in self.ns) + "}",
+            "limited_keys": _text_array_with_nulls(self.keys),
+        }
+
+
+def _text_array_with_nulls(values: tuple[str | None, ...]) -> str:
+    """:func:`text_array` where None is SQL's NULL (unquoted)."""
+    return "{" + ",".join("NULL" if v is None else text_array((v,))[1:-1] for v in values) + "}"
 
 
 @dataclass(frozen=True)
@@ -99,6 +139,10 @@ class Handover:
     claimed: bool
     started: tuple[WorkflowColumns, StepExecution] | None
     committed: bool
+    # The concurrency key whose slot the started step holds (taken, or passed on from the
+    # completed step: ``passed``), if it holds one.
+    holds: str | None = None
+    passed: bool = False
 
 
 def finish_and_start_next(
@@ -132,6 +176,8 @@ def finish_and_start_next(
         scope.loaded_only,
         bool(scope.queues),
         claim.wide,
+        claim.limited is not None,
+        claim.held_key is not None,
     )
     params: dict[str, Any] = {
         **completion_params(workflow, navigation, as_started, execution, done),
@@ -145,10 +191,16 @@ def finish_and_start_next(
         params.update(scope.array_params)
     if scope.queues:
         params["queues"] = list(scope.queues)
+    if claim.limited is not None:
+        params.update(claim.limited.params())
+    if claim.held_key is not None:
+        params["held_key"] = claim.held_key
     connection = connection_of(session)
     row = (execute_alone if claim.alone else execute_direct)(connection, stmt, params)
     committed = not driver_in_transaction(connection)
     wrote_workflow, wrote_execution, claimed = bool(row[0]), bool(row[1]), row[2] is not None
+    holds, passed = row[3], bool(row[4])
+
     if wrote_workflow:
         mark_written(session, workflow, navigation)
     if wrote_execution:
@@ -160,15 +212,22 @@ def finish_and_start_next(
     # The row's own class: only loaded classes have steps among the direct pairs.
     next_workflow = _loaded(session, base.polymorphic_map[workflow_values["type"]], workflow_values)
     return Handover(
-        wrote_workflow, wrote_execution, claimed, (next_workflow, next_execution), committed
+        wrote_workflow,
+        wrote_execution,
+        claimed,
+        (next_workflow, next_execution),
+        committed,
+        holds,
+        passed,
     )
 
 
 def _split(row: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     """The started execution's and workflow's values by attribute name, from their columns'
-    places in the row (after the two counts and the claimed id)."""
+    places in the row (after the two counts, the claimed id, the slot's key and whether it
+    was passed on)."""
     execution_keys, workflow_keys = _attribute_keys()
-    values = row[3:]
+    values = row[5:]
     return (
         dict(zip(execution_keys, values[: len(execution_keys)], strict=True)),
         dict(zip(workflow_keys, values[len(execution_keys) :], strict=True)),
@@ -208,6 +267,8 @@ def _statement(
     loaded_only: bool,
     queued: bool,
     wide: bool,
+    limited: bool = False,
+    holding: bool = False,
 ) -> Any:
     """Kept short: the claim selects only what the start needs, the classes are bound as two
     arrays, and the rows come back by position, unlabelled. (Still over the 4,096 characters
@@ -229,9 +290,27 @@ def _statement(
         claim = claim.where(select(e.c.id).exists())
         if loaded_only:
             claim = claim.where(loaded_classes_in_arrays(workflows.c))
-        return claim.with_only_columns(
-            executions.c.id, executions.c.workflow_id, executions.c.step_name, startable.label("go")
-        )
+        columns = [
+            executions.c.id,
+            executions.c.workflow_id,
+            executions.c.step_name,
+            startable.label("go"),
+        ]
+        if limited:
+            stored = executions.c.metadata.op("->", return_type=JSONB)(literal_column(f"'{KEYS}'"))
+            columns += [
+                workflows.c.type,
+                stored.op("->>", return_type=String)(literal_column(f"'{CONCURRENCY}'")).label(
+                    "stored_key"
+                ),
+                executions.c.metadata.op("->>", return_type=String)(
+                    literal_column(f"'{PARKED}'")
+                ).label("parked"),
+                executions.c.metadata.op("->>", return_type=String)(
+                    literal_column(f"'{TIMEOUT_FOR}'")
+                ).label("timer"),
+            ]
+        return claim.with_only_columns(*columns)
 
     # The due rows in claim order, each tried by primary key (claims.first_in_order): every
     # window, or only the first (see the module's docstring).
@@ -240,22 +319,42 @@ def _statement(
     # The claimed row's values as scalars, not a join with c: each start then finds its row
     # by primary key whatever the planner believes of the tables. (Joined, on tables planned
     # while empty, it hash-joined c with a read of every execution and every workflow.)
-    claimed_id, claimed_workflow, claimed_step, go = (
+    claimed_id, claimed_workflow, claimed_step, direct_go = (
         select(column).scalar_subquery()
         for column in (c.c.id, c.c.workflow_id, c.c.step_name, c.c.go)
     )
-    # Aliased, for a shorter text: each returns every column of its row.
-    x, y = executions.alias("x"), workflows.alias("y")
+    go: Any = direct_go
+    key_column: Any = literal_column("NULL", String)
+    passed_column: Any = literal_column("0", Integer)
+    x = executions.alias("x")
     execution_columns = StepExecution.__mapper__.column_attrs
-    s = (
-        update(x)
-        .where(x.c.id == claimed_id, go)
-        .values(
-            {x.c[execution_columns[key].columns[0].key]: bindparam(f"s_v_{key}") for key in started}
+    values: dict[Any, Any] = {
+        x.c[execution_columns[key].columns[0].key]: bindparam(f"s_v_{key}") for key in started
+    }
+    if limited:
+        slot_ctes = _slot_ctes(c, claimed_id, claimed_workflow, holding)
+        taken = select(slot_ctes.c.key).scalar_subquery()
+        go = or_(go, select(slot_ctes.c.key).exists())
+        key_column = taken
+        passed_column = select(slot_ctes.c.passed).scalar_subquery()
+        # A first step's key may not be stored yet (a constant one, from the class): stored
+        # now, as phase 1 stores it, for phase 3 and the lease recovery to find the slot.
+        stored = case(
+            (func.jsonb_typeof(x.c.metadata) == "object", x.c.metadata),
+            else_=cast(literal_column("'{}'"), JSONB),
         )
-        .returning(*x.c)
-        .cte("s")
-    )
+        values[x.c.metadata] = case(
+            (
+                and_(taken.is_not(None), select(c.c.stored_key).scalar_subquery().is_(None)),
+                stored.op("||")(
+                    func.jsonb_build_object(KEYS, func.jsonb_build_object(CONCURRENCY, taken))
+                ),
+            ),
+            else_=x.c.metadata,
+        )
+    # Aliased, for a shorter text: each returns every column of its row.
+    y = workflows.alias("y")
+    s = update(x).where(x.c.id == claimed_id, go).values(values).returning(*x.c).cte("s")
     # What writer.start writes to the workflow, in SQL: performing, at the claimed step.
     v = (
         update(y)
@@ -273,7 +372,83 @@ def _statement(
         select(func.count()).select_from(w).scalar_subquery().label("w"),
         select(func.count()).select_from(e).scalar_subquery().label("e"),
         select(c.c.id).scalar_subquery().label("c"),
+        key_column.label("h"),
+        passed_column.label("p"),
     ).subquery("k")
-    return select(counts.c.w, counts.c.e, counts.c.c, *s.c, *v.c).select_from(
-        counts.outerjoin(s, true()).outerjoin(v, true())
+    return select(
+        counts.c.w, counts.c.e, counts.c.c, counts.c.h, counts.c.p, *s.c, *v.c
+    ).select_from(counts.outerjoin(s, true()).outerjoin(v, true()))
+
+
+def _slot_ctes(c: Any, claimed_id: Any, claimed_workflow: Any, holding: bool) -> Any:
+    """The slot the claimed row starts on, when its step is one of the limited pairs
+    (``Limited``): a CTE of at most one row (``key``, ``passed``).
+
+    ``holding`` (the completed step holds a slot of ``held_key``): that slot passes to the
+    claimed row when it has the same key and nobody waits for one of the key — else it
+    takes none, and the caller frees the completed step's slot after the statement, looking
+    for a waiter with a snapshot of its own (``engine.limits``). Taking a free slot here and
+    then waiting to free ours would break the lock order (a taker never waits after it took).
+    Not holding: the first free slot below ``n`` is taken ``FOR UPDATE SKIP LOCKED``, as
+    ``queries.limits.take_free_slot`` takes it; none free, the row is not started, and the
+    ordinary claim that takes it parks it.
+
+    A waiter that parks while this statement passes the slot on is not seen here (it committed
+    after the statement's snapshot), and waits for the next holder's end, whose statement
+    sees it: late by one holder, never left behind.
+    """
+    limits = (
+        func.unnest(
+            as_array("limited_types"),
+            as_array("limited_steps"),
+            as_array("limited_ns"),
+            as_array("limited_keys"),
+        )
+        .table_valued("t", "s", "n", "k")
+        .render_derived()
+    )
+    key = func.coalesce(c.c.stored_key, limits.c.k)
+    m = (
+        select(cast(limits.c.n, Integer).label("n"), key.label("k"))
+        .select_from(c.join(limits, and_(limits.c.t == c.c.type, limits.c.s == c.c.step_name)))
+        .where(c.c.parked.is_(None), c.c.timer.is_(None), key.is_not(None))
+        .cte("m")
+    )
+    m_key, m_n = select(m.c.k).scalar_subquery(), select(m.c.n).scalar_subquery()
+    slots: Any = LimitSlot.__table__
+    taking = {
+        "execution_id": claimed_id,
+        "workflow_id": claimed_workflow,
+        "taken_at": bindparam("now"),
+    }
+    if holding:
+        waiters: Any = LimitWaiter.__table__
+        return (
+            update(slots)
+            .where(
+                slots.c.execution_id == bindparam("x_pk"),
+                slots.c.key == bindparam("held_key"),
+                slots.c.key == m_key,
+                slots.c.slot < m_n,
+                ~exists().where(waiters.c.key == bindparam("held_key")),
+            )
+            .values(taking)
+            .returning(slots.c.key, literal_column("1", Integer).label("passed"))
+            .cte("p")
+        )
+    free = slots.alias("f")
+    first_free = (
+        select(free.c.slot)
+        .where(free.c.key == m_key, free.c.slot < m_n, free.c.execution_id.is_(None))
+        .order_by(free.c.slot)
+        .limit(1)
+        .with_for_update(skip_locked=True)
+        .scalar_subquery()
+    )
+    return (
+        update(slots)
+        .where(slots.c.key == m_key, slots.c.slot == first_free)
+        .values(taking)
+        .returning(slots.c.key, literal_column("0", Integer).label("passed"))
+        .cte("t")
     )
