@@ -28,8 +28,15 @@ deadlock, phase 1 is rolled back whole, and the worker claims again (``runtime.w
 
 A slot passes on: when a step completes and its successor, inserted already started in the
 same transaction, has the same concurrency key and no rate limit, the slot row is moved to
-the successor (:func:`inherits_slot`, :func:`pass_on`) — one statement where freeing it,
-looking for a waiter and taking a slot again took four, and the successor needs no phase 1.
+the successor (:func:`inherits_slot`, :func:`pass_on`) — where freeing it, looking for a
+waiter and taking a slot again took four statements, and the successor needs no phase 1. On
+PostgreSQL the move is part of the completing statement itself (``queries.executions``), which
+then still commits as it is written. And when a workflow's last step completes on a backlog,
+PostgreSQL's handover (``queries.handover``) passes the slot to the next workflow's first step
+it claims if that has the same key and nobody waits for one of it — a waiter that parked while
+the statement ran is seen by the next holder's end, late by one step, never left behind —
+or, when the finished step held no slot, takes a free one ``SKIP LOCKED`` for it. Otherwise it
+starts no limited step, and the finished step's slot is freed after it as above.
 
 A slot left behind (its holder ended by a path that does not free it, or deleted by
 retention) is *stale*: its execution is no longer in progress, and the next taker that finds
