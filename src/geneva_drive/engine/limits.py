@@ -34,9 +34,8 @@ PostgreSQL the move is part of the completing statement itself (``queries.execut
 then still commits as it is written. And when a workflow's last step completes on a backlog,
 PostgreSQL's handover (``queries.handover``) passes the slot to the next workflow's first step
 it claims if that has the same key and nobody waits for one of it — a waiter that parked while
-the statement ran is seen by the next holder's end, late by one step, never left behind —
-or, when the finished step held no slot, takes a free one ``SKIP LOCKED`` for it. Otherwise it
-starts no limited step, and the finished step's slot is freed after it as above.
+the statement ran is seen by the next holder's end, late by one step, never left behind.
+Otherwise it starts no limited step, and the finished step's slot is freed after it as above.
 
 A slot left behind (its holder ended by a path that does not free it, or deleted by
 retention) is *stale*: its execution is no longer in progress, and the next taker that finds

@@ -15,6 +15,14 @@ transaction of its own, the lock goes with it and the worker's next ordinary cla
 same row first, so the order of claims is kept; otherwise the transaction goes on and the
 executor claims the row again there, where its phase 1 runs as usual.
 
+After a step that holds a concurrency slot (``NextClaim.held_key``), the claimed row may also
+be the first step of a class whose only obstacle is its concurrency limit (``Limited``: no
+rate limit, nothing else to check): the statement then passes the slot on to it when its key
+— stored with the execution, or the class's constant — is the same and nobody waits for one
+(:func:`_passed_slot`), stores a constant key with it, and starts it. Such a statement is
+never run alone: unless it passed the slot on, the caller frees it after, in the same
+transaction. After a step that holds none, no limit table is named.
+
 Its claim comes in two widths. Narrow (``NextClaim.wide`` false), it tries only the first
 due rows (the first of the claim's windows, 16), not the wider windows behind them that the
 worker's ordinary claim falls back on: every window is a dozen plan nodes that PostgreSQL
@@ -176,8 +184,7 @@ def finish_and_start_next(
         scope.loaded_only,
         bool(scope.queues),
         claim.wide,
-        claim.limited is not None,
-        claim.held_key is not None,
+        claim.limited is not None and claim.held_key is not None,
     )
     params: dict[str, Any] = {
         **completion_params(workflow, navigation, as_started, execution, done),
@@ -191,9 +198,8 @@ def finish_and_start_next(
         params.update(scope.array_params)
     if scope.queues:
         params["queues"] = list(scope.queues)
-    if claim.limited is not None:
+    if claim.limited is not None and claim.held_key is not None:
         params.update(claim.limited.params())
-    if claim.held_key is not None:
         params["held_key"] = claim.held_key
     connection = connection_of(session)
     row = (execute_alone if claim.alone else execute_direct)(connection, stmt, params)
@@ -268,7 +274,6 @@ def _statement(
     queued: bool,
     wide: bool,
     limited: bool = False,
-    holding: bool = False,
 ) -> Any:
     """Kept short: the claim selects only what the start needs, the classes are bound as two
     arrays, and the rows come back by position, unlabelled. (Still over the 4,096 characters
@@ -332,7 +337,7 @@ def _statement(
         x.c[execution_columns[key].columns[0].key]: bindparam(f"s_v_{key}") for key in started
     }
     if limited:
-        slot_ctes = _slot_ctes(c, claimed_id, claimed_workflow, holding)
+        slot_ctes = _passed_slot(c, claimed_id, claimed_workflow)
         taken = select(slot_ctes.c.key).scalar_subquery()
         go = or_(go, select(slot_ctes.c.key).exists())
         key_column = taken
@@ -380,22 +385,19 @@ def _statement(
     ).select_from(counts.outerjoin(s, true()).outerjoin(v, true()))
 
 
-def _slot_ctes(c: Any, claimed_id: Any, claimed_workflow: Any, holding: bool) -> Any:
-    """The slot the claimed row starts on, when its step is one of the limited pairs
-    (``Limited``): a CTE of at most one row (``key``, ``passed``).
-
-    ``holding`` (the completed step holds a slot of ``held_key``): that slot passes to the
-    claimed row when it has the same key and nobody waits for one of the key — else it
-    takes none, and the caller frees the completed step's slot after the statement, looking
-    for a waiter with a snapshot of its own (``engine.limits``). Taking a free slot here and
-    then waiting to free ours would break the lock order (a taker never waits after it took).
-    Not holding: the first free slot below ``n`` is taken ``FOR UPDATE SKIP LOCKED``, as
-    ``queries.limits.take_free_slot`` takes it; none free, the row is not started, and the
-    ordinary claim that takes it parks it.
+def _passed_slot(c: Any, claimed_id: Any, claimed_workflow: Any) -> Any:
+    """The completed step's slot (of ``held_key``), passed on to the claimed row when its
+    step is one of the limited pairs (``Limited``) with the same key, and nobody waits for a
+    slot of the key: a CTE of at most one row (``key``, ``passed``). Otherwise the claimed row
+    is not started, and the caller frees the completed step's slot after the statement,
+    looking for a waiter with a snapshot of its own (``engine.limits``).
 
     A waiter that parks while this statement passes the slot on is not seen here (it committed
     after the statement's snapshot), and waits for the next holder's end, whose statement
-    sees it: late by one holder, never left behind.
+    sees it: late by one holder, never left behind. No free slot is taken here: the
+    statement would then wait to free the completed step's slot after it took one, against
+    the lock order (a taker never waits once it took) — and after a step that holds none, a
+    statement naming no limit table is what costs workflows without limits nothing.
     """
     limits = (
         func.unnest(
@@ -414,41 +416,18 @@ def _slot_ctes(c: Any, claimed_id: Any, claimed_workflow: Any, holding: bool) ->
         .where(c.c.parked.is_(None), c.c.timer.is_(None), key.is_not(None))
         .cte("m")
     )
-    m_key, m_n = select(m.c.k).scalar_subquery(), select(m.c.n).scalar_subquery()
     slots: Any = LimitSlot.__table__
-    taking = {
-        "execution_id": claimed_id,
-        "workflow_id": claimed_workflow,
-        "taken_at": bindparam("now"),
-    }
-    if holding:
-        waiters: Any = LimitWaiter.__table__
-        return (
-            update(slots)
-            .where(
-                slots.c.execution_id == bindparam("x_pk"),
-                slots.c.key == bindparam("held_key"),
-                slots.c.key == m_key,
-                slots.c.slot < m_n,
-                ~exists().where(waiters.c.key == bindparam("held_key")),
-            )
-            .values(taking)
-            .returning(slots.c.key, literal_column("1", Integer).label("passed"))
-            .cte("p")
-        )
-    free = slots.alias("f")
-    first_free = (
-        select(free.c.slot)
-        .where(free.c.key == m_key, free.c.slot < m_n, free.c.execution_id.is_(None))
-        .order_by(free.c.slot)
-        .limit(1)
-        .with_for_update(skip_locked=True)
-        .scalar_subquery()
-    )
+    waiters: Any = LimitWaiter.__table__
     return (
         update(slots)
-        .where(slots.c.key == m_key, slots.c.slot == first_free)
-        .values(taking)
-        .returning(slots.c.key, literal_column("0", Integer).label("passed"))
-        .cte("t")
+        .where(
+            slots.c.execution_id == bindparam("x_pk"),
+            slots.c.key == bindparam("held_key"),
+            slots.c.key == select(m.c.k).scalar_subquery(),
+            slots.c.slot < select(m.c.n).scalar_subquery(),
+            ~exists().where(waiters.c.key == bindparam("held_key")),
+        )
+        .values(execution_id=claimed_id, workflow_id=claimed_workflow, taken_at=bindparam("now"))
+        .returning(slots.c.key, literal_column("1", Integer).label("passed"))
+        .cte("p")
     )
