@@ -117,13 +117,14 @@ def complete_in_one_statement(
     ``prepare.lock_both``.)
     """
     workflow_mapper = mapped_class(workflow).__mapper__
+    passes = following is not None and pass_slot is not None
     stmt = _complete_stmt(
         workflow_mapper.base_mapper,
         tuple(navigation),
         tuple(as_started),
         tuple(done),
         following is not None,
-        following is not None and pass_slot is not None,
+        passes,
     )
     params = completion_params(workflow, navigation, as_started, execution, done)
     row = None
@@ -133,7 +134,9 @@ def complete_in_one_statement(
         if pass_slot is not None:
             params["p_workflow_id"], params["p_taken_at"] = pass_slot
     run = execute_alone if alone else execute_direct
-    w, e, n, p = run(connection_of(session), stmt, params)
+    result = run(connection_of(session), stmt, params)
+    w, e, n = result[0], result[1], result[2]
+    p = result[3] if passes else None  # a fourth column only where the slot may pass on
     if w:
         mark_written(session, workflow, navigation)
     if e:
@@ -160,7 +163,7 @@ def _complete_stmt(
         select(func.count()).select_from(e).scalar_subquery(),
     ]
     if not insert:
-        return select(*counts, null(), null())
+        return select(*counts, null())
     executions: Any = StepExecution.__table__
     # Bound by attribute name, as _execution_row gives them (metadata_json -> "metadata").
     attrs = [a for a in sa_inspect(StepExecution).column_attrs if a.key != "id"]
@@ -173,7 +176,7 @@ def _complete_stmt(
         .cte("n")
     )
     if not passes:
-        return select(*counts, select(n.c.id).scalar_subquery(), null())
+        return select(*counts, select(n.c.id).scalar_subquery())
     slots: Any = LimitSlot.__table__
     p = (
         update(slots)

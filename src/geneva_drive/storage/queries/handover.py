@@ -198,20 +198,23 @@ def finish_and_start_next(
         params.update(scope.array_params)
     if scope.queues:
         params["queues"] = list(scope.queues)
-    if claim.limited is not None and claim.held_key is not None:
+    limited = claim.limited is not None and claim.held_key is not None
+    if limited:
+        assert claim.limited is not None  # for mypy
         params.update(claim.limited.params())
         params["held_key"] = claim.held_key
     connection = connection_of(session)
     row = (execute_alone if claim.alone else execute_direct)(connection, stmt, params)
     committed = not driver_in_transaction(connection)
     wrote_workflow, wrote_execution, claimed = bool(row[0]), bool(row[1]), row[2] is not None
-    holds, passed = row[3], bool(row[4])
-
+    # The key of the slot passed on, in the statement that may pass one (only there: the
+    # others are the statements they were).
+    holds = row[3] if limited else None
     if wrote_workflow:
         mark_written(session, workflow, navigation)
     if wrote_execution:
         mark_written(session, execution, done)
-    execution_values, workflow_values = _split(row)
+    execution_values, workflow_values = _split(row, 4 if limited else 3)
     if execution_values["id"] is None:
         return Handover(wrote_workflow, wrote_execution, claimed, None, committed)
     next_execution = _loaded(session, StepExecution.__mapper__, execution_values)
@@ -224,16 +227,16 @@ def finish_and_start_next(
         (next_workflow, next_execution),
         committed,
         holds,
-        passed,
+        passed=holds is not None,
     )
 
 
-def _split(row: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+def _split(row: Any, start: int) -> tuple[dict[str, Any], dict[str, Any]]:
     """The started execution's and workflow's values by attribute name, from their columns'
-    places in the row (after the two counts, the claimed id, the slot's key and whether it
-    was passed on)."""
+    places in the row (from ``start``: after the two counts, the claimed id and, where a slot
+    may pass on, its key)."""
     execution_keys, workflow_keys = _attribute_keys()
-    values = row[5:]
+    values = row[start:]
     return (
         dict(zip(execution_keys, values[: len(execution_keys)], strict=True)),
         dict(zip(workflow_keys, values[len(execution_keys) :], strict=True)),
@@ -329,8 +332,7 @@ def _statement(
         for column in (c.c.id, c.c.workflow_id, c.c.step_name, c.c.go)
     )
     go: Any = direct_go
-    key_column: Any = literal_column("NULL", String)
-    passed_column: Any = literal_column("0", Integer)
+    passed_key: list[Any] = []
     x = executions.alias("x")
     execution_columns = StepExecution.__mapper__.column_attrs
     values: dict[Any, Any] = {
@@ -340,8 +342,7 @@ def _statement(
         slot_ctes = _passed_slot(c, claimed_id, claimed_workflow)
         taken = select(slot_ctes.c.key).scalar_subquery()
         go = or_(go, select(slot_ctes.c.key).exists())
-        key_column = taken
-        passed_column = select(slot_ctes.c.passed).scalar_subquery()
+        passed_key.append(taken.label("h"))
         # A first step's key may not be stored yet (a constant one, from the class): stored
         # now, as phase 1 stores it, for phase 3 and the lease recovery to find the slot.
         stored = case(
@@ -377,18 +378,17 @@ def _statement(
         select(func.count()).select_from(w).scalar_subquery().label("w"),
         select(func.count()).select_from(e).scalar_subquery().label("e"),
         select(c.c.id).scalar_subquery().label("c"),
-        key_column.label("h"),
-        passed_column.label("p"),
+        *passed_key,
     ).subquery("k")
-    return select(
-        counts.c.w, counts.c.e, counts.c.c, counts.c.h, counts.c.p, *s.c, *v.c
-    ).select_from(counts.outerjoin(s, true()).outerjoin(v, true()))
+    return select(*counts.c, *s.c, *v.c).select_from(
+        counts.outerjoin(s, true()).outerjoin(v, true())
+    )
 
 
 def _passed_slot(c: Any, claimed_id: Any, claimed_workflow: Any) -> Any:
     """The completed step's slot (of ``held_key``), passed on to the claimed row when its
     step is one of the limited pairs (``Limited``) with the same key, and nobody waits for a
-    slot of the key: a CTE of at most one row (``key``, ``passed``). Otherwise the claimed row
+    slot of the key: a CTE of at most one row (its ``key``). Otherwise the claimed row
     is not started, and the caller frees the completed step's slot after the statement,
     looking for a waiter with a snapshot of its own (``engine.limits``).
 
@@ -428,6 +428,6 @@ def _passed_slot(c: Any, claimed_id: Any, claimed_workflow: Any) -> Any:
             ~exists().where(waiters.c.key == bindparam("held_key")),
         )
         .values(execution_id=claimed_id, workflow_id=claimed_workflow, taken_at=bindparam("now"))
-        .returning(slots.c.key, literal_column("1", Integer).label("passed"))
+        .returning(slots.c.key)
         .cte("p")
     )
