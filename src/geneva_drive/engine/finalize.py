@@ -279,18 +279,20 @@ def _complete(
     completer = writer.completer_for(session.get_bind().dialect)
     handover = None
     holds = prepared.holds  # a slot to free in this transaction: it must not commit early
-    if after.step is None and then_claim is not None and holds is None:
+    if after.step is None and then_claim is not None:
         handover = chaining.hand_over(
             session, completer, prepared, after, as_started, done, then_claim, options, config, now
         )
     if handover is not None:
         wrote_workflow, wrote_execution = handover.wrote_workflow, handover.wrote_execution
-        created = None
+        created, passed = None, handover.passed  # passed on to the step it started
     else:
         # A step started directly is all that follows the completion in this transaction
         # (nothing of the application's runs for it, see chaining._started_directly): the
-        # completion may commit as it is written.
-        wrote_workflow, wrote_execution, created = completer.complete(
+        # completion may commit as it is written — also when it passes the slot on in the
+        # same statement (it frees none: nothing to wake).
+        passes = holds is not None and after.inherits
+        wrote_workflow, wrote_execution, created, passed = completer.complete(
             session,
             workflow,
             after.navigation,
@@ -298,7 +300,8 @@ def _complete(
             execution,
             done,
             after.row,
-            alone=after.direct and holds is None,
+            alone=after.direct and (holds is None or passes),
+            pass_slot=(workflow.id, now) if passes else None,
         )
     if not wrote_workflow:
         return False, None
@@ -311,8 +314,9 @@ def _complete(
         return True, None
     writer.record_clean_resolution(session, execution)
     if holds is not None and after.inherits and created is not None:
-        limits.pass_on(session, execution.id, created, workflow.id, now)
-    elif holds is not None:
+        if not passed:  # the completion could not pass it on in its own statement
+            limits.pass_on(session, execution.id, created, workflow.id, now)
+    elif holds is not None and not passed:
         limits.release(session, execution.id, holds, now)
     chained = None
     if created is not None and after.step is not None:

@@ -33,8 +33,14 @@ whole, and the worker claims again (``runtime.worker``).
 
 A slot passes on: when a step completes and its successor, inserted already started in the
 same transaction, has the same concurrency key and no rate limit, the slot row is moved to
-the successor (:func:`inherits_slot`, :func:`pass_on`) — one statement where freeing it,
-looking for a waiter and taking a slot again took four, and the successor needs no phase 1.
+the successor (:func:`inherits_slot`, :func:`pass_on`) — where freeing it, looking for a
+waiter and taking a slot again took four statements, and the successor needs no phase 1. On
+PostgreSQL the move is part of the completing statement itself (``queries.executions``), which
+then still commits as it is written. And when a workflow's last step completes on a backlog,
+PostgreSQL's handover (``queries.handover``) passes the slot to the next workflow's first step
+it claims if that has the same key and nobody waits for one of it — a waiter that parked while
+the statement ran is seen by the next holder's end, late by one step, never left behind.
+Otherwise it starts no limited step, and the finished step's slot is freed after it as above.
 
 A slot left behind (its holder ended by a path that does not free it, or deleted by
 retention) is *stale*: its execution is no longer in progress, and the next taker that finds
@@ -60,7 +66,7 @@ from sqlalchemy.orm import Session
 
 from geneva_drive.core.errors import StepConfigurationError
 from geneva_drive.core.ports import EnqueuedStep
-from geneva_drive.definition.limits import StepLimits, keys_for, limits_of
+from geneva_drive.definition.limits import MAX_KEY_LENGTH, StepLimits, keys_for, limits_of
 from geneva_drive.engine.wakeups import enqueue_after_commit, enqueued_step
 from geneva_drive.storage.queries import limits as queries
 
@@ -74,13 +80,13 @@ PARKED_UNTIL = datetime(3000, 1, 1, tzinfo=UTC)
 # Where an execution keeps its keys (its metadata), computed when it is scheduled: by
 # create() for a workflow's first step (:func:`keys_at_start`), by the transaction that
 # schedules it for every later one (:func:`scheduled_keys`).
-KEYS = "limit_keys"
+KEYS = queries.KEYS
 # Instead of the keys, when a key callable failed as the execution was scheduled: the claim
 # fails the step with it (no user code runs in the claim).
 KEYS_ERROR = "limit_keys_error"
 # Set on an execution the first time it parks: a later claim has a waiter row to drop.
-PARKED = "limit_parked"
-CONCURRENCY, RATE = "concurrency", "rate"
+PARKED = queries.PARKED
+CONCURRENCY, RATE = queries.CONCURRENCY, "rate"
 # How long past its window a start stays in the log. Each worker counts from its own ``now``,
 # read before it waited for the key's lock: a worker whose ``now`` is later than another's
 # must not forget starts that the other, admitted after it, still has to count.
@@ -144,6 +150,17 @@ def inherits_slot(
     if held is None or keys is None or step_limits is None or step_limits.rate is not None:
         return False
     return keys.get(KEYS) == {CONCURRENCY: held}
+
+
+def constant_key(step_limits: StepLimits) -> str | None:
+    """The concurrency key of a step whose key is no callable (class or step constant, or
+    none: the owner's global key), as :func:`keys_for` would compute it; None otherwise."""
+    concurrency = step_limits.concurrency
+    if concurrency is None or callable(concurrency.key):
+        return None
+    owner = step_limits.concurrency_owner
+    key = owner if concurrency.key is None else f"{owner}:{concurrency.key}"
+    return key if len(key) <= MAX_KEY_LENGTH else None
 
 
 def pass_on(

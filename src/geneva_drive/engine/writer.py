@@ -388,7 +388,12 @@ class Completer:
         following: dict[str, Any] | None,
         *,
         alone: bool = False,
-    ) -> tuple[bool, bool, StepExecution | None]:
+        pass_slot: tuple[int, datetime] | None = None,
+    ) -> tuple[bool, bool, StepExecution | None, bool]:
+        """(workflow written, execution written, the following execution inserted, the
+        concurrency slot passed on to it). ``pass_slot``: (workflow id, now) when the slot
+        ``execution`` holds may pass to ``following`` in the same write; where it is not
+        (False), the caller passes it (``limits.pass_on``)."""
         wrote_workflow = queries.write_through(session, workflow, navigation, expect=as_started)
         wrote_execution = wrote_workflow and queries.write_through(
             session, execution, done, expect={"state": ExecutionState.IN_PROGRESS}
@@ -396,7 +401,7 @@ class Completer:
         created = None
         if wrote_execution and following is not None:
             created = queries.insert_execution(session, following)
-        return wrote_workflow, wrote_execution, created
+        return wrote_workflow, wrote_execution, created, False
 
     def finish_and_start_next(
         self,
@@ -437,7 +442,8 @@ class OneStatementCompleter(Completer):
         following: dict[str, Any] | None,
         *,
         alone: bool = False,
-    ) -> tuple[bool, bool, StepExecution | None]:
+        pass_slot: tuple[int, datetime] | None = None,
+    ) -> tuple[bool, bool, StepExecution | None, bool]:
         started_or_none = following is None or following.get("state") == ExecutionState.IN_PROGRESS
         if (
             not started_or_none
@@ -448,7 +454,15 @@ class OneStatementCompleter(Completer):
                 session, workflow, navigation, as_started, execution, done, following
             )
         return queries.complete_in_one_statement(
-            session, workflow, navigation, as_started, execution, done, following, alone=alone
+            session,
+            workflow,
+            navigation,
+            as_started,
+            execution,
+            done,
+            following,
+            alone=alone,
+            pass_slot=pass_slot,
         )
 
     def finish_and_start_next(

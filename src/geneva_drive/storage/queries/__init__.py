@@ -74,7 +74,12 @@ if TYPE_CHECKING:
         successor_of,
         sweep_strays,
     )
-    from geneva_drive.storage.queries.handover import Handover, NextClaim, finish_and_start_next
+    from geneva_drive.storage.queries.handover import (
+        Handover,
+        Limited,
+        NextClaim,
+        finish_and_start_next,
+    )
     from geneva_drive.storage.queries.housekeeping import (
         delete_executions_of_old_workflows,
         delete_old_workflows,
@@ -105,6 +110,7 @@ if TYPE_CHECKING:
 _EXPORTS: dict[str, str] = {
     "Handover": "geneva_drive.storage.queries.handover",
     "NextClaim": "geneva_drive.storage.queries.handover",
+    "Limited": "geneva_drive.storage.queries.handover",
     "attempt_number": "geneva_drive.storage.queries.executions",
     "checkpoint_execution": "geneva_drive.storage.queries.executions",
     "child_results": "geneva_drive.storage.queries.children",
@@ -170,6 +176,7 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "Handover",
+    "Limited",
     "NextClaim",
     "attempt_number",
     "checkpoint_execution",

@@ -23,7 +23,7 @@ from sqlalchemy.orm.attributes import instance_state, set_committed_value
 
 from geneva_drive.core.states import ExecutionState, Outcome
 from geneva_drive.storage.dialects import dialect_of
-from geneva_drive.storage.models import TIMEOUT_FOR, StepExecution, WorkflowColumns
+from geneva_drive.storage.models import TIMEOUT_FOR, LimitSlot, StepExecution, WorkflowColumns
 from geneva_drive.storage.queries._sql import SWEEPABLE, in_state, mapped_class, workflow_model
 from geneva_drive.storage.queries.bypass import (
     as_inserted,
@@ -86,9 +86,17 @@ def complete_in_one_statement(
     following: dict[str, Any] | None,
     *,
     alone: bool = False,
-) -> tuple[bool, bool, StepExecution | None]:
+    pass_slot: tuple[int, datetime] | None = None,
+) -> tuple[bool, bool, StepExecution | None, bool]:
     """Phase 3's three writes as one PostgreSQL statement: (workflow written, execution
-    written, the following execution inserted).
+    written, the following execution inserted, the slot passed on).
+
+    ``pass_slot``: (workflow id, now) when the concurrency slot ``execution`` holds passes to
+    the following execution (``engine.limits.inherits_slot``): a fourth write in the same
+    statement, ``p AS (UPDATE limit_slots … WHERE execution_id = ours AND EXISTS n)``, where
+    it took a statement of its own after this one (``limits.pass_slot``) — and kept the
+    transaction from committing as the completion is written. It locks the slot row last,
+    as phase 3 always did, and looks for no waiter: the slot stays held.
 
     ``WITH w AS (UPDATE workflow … RETURNING), e AS (UPDATE execution … WHERE EXISTS w
     RETURNING), n AS (INSERT … SELECT … WHERE EXISTS e RETURNING) SELECT …``: the same
@@ -109,29 +117,35 @@ def complete_in_one_statement(
     ``prepare.lock_both``.)
     """
     workflow_mapper = mapped_class(workflow).__mapper__
+    passes = following is not None and pass_slot is not None
     stmt = _complete_stmt(
         workflow_mapper.base_mapper,
         tuple(navigation),
         tuple(as_started),
         tuple(done),
         following is not None,
+        passes,
     )
     params = completion_params(workflow, navigation, as_started, execution, done)
     row = None
     if following is not None:
         row = _execution_row(following)
         params.update({f"n_{key}": value for key, value in row.items()})
+        if pass_slot is not None:
+            params["p_workflow_id"], params["p_taken_at"] = pass_slot
     run = execute_alone if alone else execute_direct
-    w, e, n = run(connection_of(session), stmt, params)
+    result = run(connection_of(session), stmt, params)
+    w, e, n = result[0], result[1], result[2]
+    p = result[3] if passes else None  # a fourth column only where the slot may pass on
     if w:
         mark_written(session, workflow, navigation)
     if e:
         mark_written(session, execution, done)
     if n is None or row is None:
-        return bool(w), bool(e), None
+        return bool(w), bool(e), None, False
     row["id"] = int(n)
     inserted: StepExecution = as_inserted(session, StepExecution.__mapper__, row)
-    return bool(w), bool(e), inserted
+    return bool(w), bool(e), inserted, bool(p)
 
 
 @functools.lru_cache(maxsize=32)
@@ -141,6 +155,7 @@ def _complete_stmt(
     as_started: tuple[str, ...],
     done: tuple[str, ...],
     insert: bool,
+    passes: bool = False,
 ) -> Any:
     w, e = completion_ctes(workflow_mapper, navigation, as_started, done)
     counts = [
@@ -160,7 +175,25 @@ def _complete_stmt(
         .returning(executions.c.id)
         .cte("n")
     )
-    return select(*counts, select(n.c.id).scalar_subquery())
+    if not passes:
+        return select(*counts, select(n.c.id).scalar_subquery())
+    slots: Any = LimitSlot.__table__
+    p = (
+        update(slots)
+        .where(slots.c.execution_id == bindparam("x_pk"), select(n.c.id).exists())
+        .values(
+            execution_id=select(n.c.id).scalar_subquery(),
+            workflow_id=bindparam("p_workflow_id", type_=slots.c.workflow_id.type),
+            taken_at=bindparam("p_taken_at", type_=slots.c.taken_at.type),
+        )
+        .returning(slots.c.slot)
+        .cte("p")
+    )
+    return select(
+        *counts,
+        select(n.c.id).scalar_subquery(),
+        select(func.count()).select_from(p).scalar_subquery(),
+    )
 
 
 def completion_params(

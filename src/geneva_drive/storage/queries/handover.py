@@ -15,6 +15,14 @@ transaction of its own, the lock goes with it and the worker's next ordinary cla
 same row first, so the order of claims is kept; otherwise the transaction goes on and the
 executor claims the row again there, where its phase 1 runs as usual.
 
+After a step that holds a concurrency slot (``NextClaim.held_key``), the claimed row may also
+be the first step of a class whose only obstacle is its concurrency limit (``Limited``: no
+rate limit, nothing else to check): the statement then passes the slot on to it when its key
+— stored with the execution, or the class's constant — is the same and nobody waits for one
+(:func:`_passed_slot`), stores a constant key with it, and starts it. Such a statement is
+never run alone: unless it passed the slot on, the caller frees it after, in the same
+transaction. After a step that holds none, no limit table is named.
+
 Its claim comes in two widths. Narrow (``NextClaim.wide`` false), it tries only the first
 due rows (the first of the claim's windows, 16), not the wider windows behind them that the
 worker's ordinary claim falls back on: every window is a dozen plan nodes that PostgreSQL
@@ -36,21 +44,33 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
+    Integer,
     String,
     and_,
     bindparam,
+    case,
+    cast,
+    exists,
     func,
     literal_column,
+    or_,
     select,
     true,
     tuple_,
     update,
 )
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
 from geneva_drive.core.states import WorkflowState
-from geneva_drive.storage.models import TIMEOUT_FOR, StepExecution, WorkflowColumns
+from geneva_drive.storage.models import (
+    TIMEOUT_FOR,
+    LimitSlot,
+    LimitWaiter,
+    StepExecution,
+    WorkflowColumns,
+)
 from geneva_drive.storage.queries._sql import as_array, mapped_class, text_array, workflow_model
 from geneva_drive.storage.queries.bypass import (
     as_loaded,
@@ -69,6 +89,7 @@ from geneva_drive.storage.queries.claims import (
     loaded_classes_in_arrays,
 )
 from geneva_drive.storage.queries.executions import completion_ctes, completion_params
+from geneva_drive.storage.queries.limits import CONCURRENCY, KEYS, PARKED
 
 
 @dataclass(frozen=True)
@@ -85,6 +106,33 @@ class NextClaim:
     direct: tuple[tuple[str, ...], tuple[str, ...]]
     alone: bool
     wide: bool = False
+    limited: Limited | None = None
+    held_key: str | None = None
+
+
+@dataclass(frozen=True)
+class Limited:
+    """The steps it may start holding a concurrency slot (see the module's docstring), as
+    four text arrays, pairwise: workflow types, step names, each step's limit ``n``, and its
+    key when it is a constant (else None: the key stored with the execution is used)."""
+
+    types: tuple[str, ...]
+    steps: tuple[str, ...]
+    ns: tuple[int, ...]
+    keys: tuple[str | None, ...]
+
+    def params(self) -> dict[str, str]:
+        return {
+            "limited_types": text_array(self.types),
+            "limited_steps": text_array(self.steps),
+            "limited_ns": "{" + ",".join(str(n) for n in self.ns) + "}",
+            "limited_keys": _text_array_with_nulls(self.keys),
+        }
+
+
+def _text_array_with_nulls(values: tuple[str | None, ...]) -> str:
+    """:func:`text_array` where None is SQL's NULL (unquoted)."""
+    return "{" + ",".join("NULL" if v is None else text_array((v,))[1:-1] for v in values) + "}"
 
 
 @dataclass(frozen=True)
@@ -99,6 +147,10 @@ class Handover:
     claimed: bool
     started: tuple[WorkflowColumns, StepExecution] | None
     committed: bool
+    # The concurrency key whose slot the started step holds (taken, or passed on from the
+    # completed step: ``passed``), if it holds one.
+    holds: str | None = None
+    passed: bool = False
 
 
 def finish_and_start_next(
@@ -132,6 +184,7 @@ def finish_and_start_next(
         scope.loaded_only,
         bool(scope.queues),
         claim.wide,
+        claim.limited is not None and claim.held_key is not None,
     )
     params: dict[str, Any] = {
         **completion_params(workflow, navigation, as_started, execution, done),
@@ -145,30 +198,45 @@ def finish_and_start_next(
         params.update(scope.array_params)
     if scope.queues:
         params["queues"] = list(scope.queues)
+    limited = claim.limited is not None and claim.held_key is not None
+    if limited:
+        assert claim.limited is not None  # for mypy
+        params.update(claim.limited.params())
+        params["held_key"] = claim.held_key
     connection = connection_of(session)
     row = (execute_alone if claim.alone else execute_direct)(connection, stmt, params)
     committed = not driver_in_transaction(connection)
     wrote_workflow, wrote_execution, claimed = bool(row[0]), bool(row[1]), row[2] is not None
+    # The key of the slot passed on, in the statement that may pass one (only there: the
+    # others are the statements they were).
+    holds = row[3] if limited else None
     if wrote_workflow:
         mark_written(session, workflow, navigation)
     if wrote_execution:
         mark_written(session, execution, done)
-    execution_values, workflow_values = _split(row)
+    execution_values, workflow_values = _split(row, 4 if limited else 3)
     if execution_values["id"] is None:
         return Handover(wrote_workflow, wrote_execution, claimed, None, committed)
     next_execution = _loaded(session, StepExecution.__mapper__, execution_values)
     # The row's own class: only loaded classes have steps among the direct pairs.
     next_workflow = _loaded(session, base.polymorphic_map[workflow_values["type"]], workflow_values)
     return Handover(
-        wrote_workflow, wrote_execution, claimed, (next_workflow, next_execution), committed
+        wrote_workflow,
+        wrote_execution,
+        claimed,
+        (next_workflow, next_execution),
+        committed,
+        holds,
+        passed=holds is not None,
     )
 
 
-def _split(row: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+def _split(row: Any, start: int) -> tuple[dict[str, Any], dict[str, Any]]:
     """The started execution's and workflow's values by attribute name, from their columns'
-    places in the row (after the two counts and the claimed id)."""
+    places in the row (from ``start``: after the two counts, the claimed id and, where a slot
+    may pass on, its key)."""
     execution_keys, workflow_keys = _attribute_keys()
-    values = row[3:]
+    values = row[start:]
     return (
         dict(zip(execution_keys, values[: len(execution_keys)], strict=True)),
         dict(zip(workflow_keys, values[len(execution_keys) :], strict=True)),
@@ -208,6 +276,7 @@ def _statement(
     loaded_only: bool,
     queued: bool,
     wide: bool,
+    limited: bool = False,
 ) -> Any:
     """Kept short: the claim selects only what the start needs, the classes are bound as two
     arrays, and the rows come back by position, unlabelled. (Still over the 4,096 characters
@@ -229,9 +298,27 @@ def _statement(
         claim = claim.where(select(e.c.id).exists())
         if loaded_only:
             claim = claim.where(loaded_classes_in_arrays(workflows.c))
-        return claim.with_only_columns(
-            executions.c.id, executions.c.workflow_id, executions.c.step_name, startable.label("go")
-        )
+        columns = [
+            executions.c.id,
+            executions.c.workflow_id,
+            executions.c.step_name,
+            startable.label("go"),
+        ]
+        if limited:
+            stored = executions.c.metadata.op("->", return_type=JSONB)(literal_column(f"'{KEYS}'"))
+            columns += [
+                workflows.c.type,
+                stored.op("->>", return_type=String)(literal_column(f"'{CONCURRENCY}'")).label(
+                    "stored_key"
+                ),
+                executions.c.metadata.op("->>", return_type=String)(
+                    literal_column(f"'{PARKED}'")
+                ).label("parked"),
+                executions.c.metadata.op("->>", return_type=String)(
+                    literal_column(f"'{TIMEOUT_FOR}'")
+                ).label("timer"),
+            ]
+        return claim.with_only_columns(*columns)
 
     # The due rows in claim order, each tried by primary key (claims.first_in_order): every
     # window, or only the first (see the module's docstring).
@@ -240,22 +327,40 @@ def _statement(
     # The claimed row's values as scalars, not a join with c: each start then finds its row
     # by primary key whatever the planner believes of the tables. (Joined, on tables planned
     # while empty, it hash-joined c with a read of every execution and every workflow.)
-    claimed_id, claimed_workflow, claimed_step, go = (
+    claimed_id, claimed_workflow, claimed_step, direct_go = (
         select(column).scalar_subquery()
         for column in (c.c.id, c.c.workflow_id, c.c.step_name, c.c.go)
     )
-    # Aliased, for a shorter text: each returns every column of its row.
-    x, y = executions.alias("x"), workflows.alias("y")
+    go: Any = direct_go
+    passed_key: list[Any] = []
+    x = executions.alias("x")
     execution_columns = StepExecution.__mapper__.column_attrs
-    s = (
-        update(x)
-        .where(x.c.id == claimed_id, go)
-        .values(
-            {x.c[execution_columns[key].columns[0].key]: bindparam(f"s_v_{key}") for key in started}
+    values: dict[Any, Any] = {
+        x.c[execution_columns[key].columns[0].key]: bindparam(f"s_v_{key}") for key in started
+    }
+    if limited:
+        slot_ctes = _passed_slot(c, claimed_id, claimed_workflow)
+        taken = select(slot_ctes.c.key).scalar_subquery()
+        go = or_(go, select(slot_ctes.c.key).exists())
+        passed_key.append(taken.label("h"))
+        # A first step's key may not be stored yet (a constant one, from the class): stored
+        # now, as phase 1 stores it, for phase 3 and the lease recovery to find the slot.
+        stored = case(
+            (func.jsonb_typeof(x.c.metadata) == "object", x.c.metadata),
+            else_=cast(literal_column("'{}'"), JSONB),
         )
-        .returning(*x.c)
-        .cte("s")
-    )
+        values[x.c.metadata] = case(
+            (
+                and_(taken.is_not(None), select(c.c.stored_key).scalar_subquery().is_(None)),
+                stored.op("||")(
+                    func.jsonb_build_object(KEYS, func.jsonb_build_object(CONCURRENCY, taken))
+                ),
+            ),
+            else_=x.c.metadata,
+        )
+    # Aliased, for a shorter text: each returns every column of its row.
+    y = workflows.alias("y")
+    s = update(x).where(x.c.id == claimed_id, go).values(values).returning(*x.c).cte("s")
     # What writer.start writes to the workflow, in SQL: performing, at the claimed step.
     v = (
         update(y)
@@ -273,7 +378,56 @@ def _statement(
         select(func.count()).select_from(w).scalar_subquery().label("w"),
         select(func.count()).select_from(e).scalar_subquery().label("e"),
         select(c.c.id).scalar_subquery().label("c"),
+        *passed_key,
     ).subquery("k")
-    return select(counts.c.w, counts.c.e, counts.c.c, *s.c, *v.c).select_from(
+    return select(*counts.c, *s.c, *v.c).select_from(
         counts.outerjoin(s, true()).outerjoin(v, true())
+    )
+
+
+def _passed_slot(c: Any, claimed_id: Any, claimed_workflow: Any) -> Any:
+    """The completed step's slot (of ``held_key``), passed on to the claimed row when its
+    step is one of the limited pairs (``Limited``) with the same key, and nobody waits for a
+    slot of the key: a CTE of at most one row (its ``key``). Otherwise the claimed row
+    is not started, and the caller frees the completed step's slot after the statement,
+    looking for a waiter with a snapshot of its own (``engine.limits``).
+
+    A waiter that parks while this statement passes the slot on is not seen here (it committed
+    after the statement's snapshot), and waits for the next holder's end, whose statement
+    sees it: late by one holder, never left behind. No free slot is taken here: the
+    statement would then wait to free the completed step's slot after it took one, against
+    the lock order (a taker never waits once it took) — and after a step that holds none, a
+    statement naming no limit table is what costs workflows without limits nothing.
+    """
+    limits = (
+        func.unnest(
+            as_array("limited_types"),
+            as_array("limited_steps"),
+            as_array("limited_ns"),
+            as_array("limited_keys"),
+        )
+        .table_valued("t", "s", "n", "k")
+        .render_derived()
+    )
+    key = func.coalesce(c.c.stored_key, limits.c.k)
+    m = (
+        select(cast(limits.c.n, Integer).label("n"), key.label("k"))
+        .select_from(c.join(limits, and_(limits.c.t == c.c.type, limits.c.s == c.c.step_name)))
+        .where(c.c.parked.is_(None), c.c.timer.is_(None), key.is_not(None))
+        .cte("m")
+    )
+    slots: Any = LimitSlot.__table__
+    waiters: Any = LimitWaiter.__table__
+    return (
+        update(slots)
+        .where(
+            slots.c.execution_id == bindparam("x_pk"),
+            slots.c.key == bindparam("held_key"),
+            slots.c.key == select(m.c.k).scalar_subquery(),
+            slots.c.slot < select(m.c.n).scalar_subquery(),
+            ~exists().where(waiters.c.key == bindparam("held_key")),
+        )
+        .values(execution_id=claimed_id, workflow_id=claimed_workflow, taken_at=bindparam("now"))
+        .returning(slots.c.key)
+        .cte("p")
     )

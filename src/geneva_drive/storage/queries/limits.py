@@ -35,6 +35,10 @@ from geneva_drive.storage.models import (
 )
 from geneva_drive.storage.queries._sql import in_state, workflow_model
 
+# Where an execution keeps its keys (its metadata: ``{KEYS: {CONCURRENCY: …, "rate": …}}``),
+# and the mark of one that parked (``engine.limits``); read in SQL by ``queries.handover``.
+KEYS, CONCURRENCY, PARKED = "limit_keys", "concurrency", "limit_parked"
+
 
 def _create_rows(session: Session, table: Any, rows: list[dict[str, Any]]) -> None:
     """Insert ``rows``, keeping those a concurrent transaction inserted first (it waits for
