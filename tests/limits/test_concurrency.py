@@ -8,6 +8,7 @@ from sqlalchemy import select
 from geneva_drive.engine.limits import PARKED_UNTIL
 from geneva_drive.engine.prepare import Ended, NotClaimed, Prepared
 from geneva_drive.engine.recovery import recover_expired_leases
+from geneva_drive.runtime import housekeeping
 from geneva_drive.storage.models import LimitWaiter
 from tests.limits._support import claim_and_start, counts, finish, rows, start_all
 from tests.limits.apps import OnePerTenant, TwoAtATime, Unlimited
@@ -130,3 +131,30 @@ def test_a_workflow_without_limits_touches_no_limit_table(gd, session):
 
     assert counts(session) == (0, 0, 0)
     assert all(e.read_metadata("limit_keys") is None for e in rows(session, workflows))
+
+
+def test_housekeeping_wakes_a_waiter_whose_key_has_a_slot_nobody_will_free(gd, session, clock):
+    # A waiter is woken by the release of a slot of its key. When none comes — its holder ended
+    # by a path that frees nothing, or the release skipped the waiter because another
+    # transaction held its execution, and that one rolled back — the slot sits free or stale
+    # and the waiter would stay parked for good. Housekeeping wakes it.
+    workflows = _create(session, TwoAtATime, 3)
+    runs = start_all(gd)
+    for step_session, _ in runs:
+        step_session.close()
+    holder = next(e for e in rows(session, workflows) if e.state == "in_progress")
+    holder.state, holder.outcome = "completed", "success"  # ended; its slot left stale
+    session.commit()
+    parked = next(e for e in rows(session, workflows) if e.state == "scheduled")
+    assert parked.scheduled_for == PARKED_UNTIL
+
+    result = housekeeping.run(gd)
+
+    assert result["limit_waiters_woken"] == 1
+    woken = next(e for e in rows(session, workflows) if e.id == parked.id)
+    assert woken.scheduled_for == clock.now()
+    step_session, started = claim_and_start(gd)  # takes the stale slot
+    assert isinstance(started, Prepared) and started.execution_id == parked.id
+    step_session.close()
+    # Nothing left to wake: both slots are held by live executions again.
+    assert housekeeping.run(gd)["limit_waiters_woken"] == 0

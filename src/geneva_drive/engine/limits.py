@@ -291,16 +291,29 @@ def release(session: Session, execution_id: int, key: str, now: datetime) -> Non
         _wake(session, key, 1, now)
 
 
-def _wake(session: Session, key: str, count: int, now: datetime) -> None:
+def _wake(session: Session, key: str, count: int, now: datetime) -> int:
+    """Make up to ``count`` waiters of ``key`` due now, a wake-up each after commit: how many."""
     if count <= 0:
-        return
-    for woken in queries.wake_waiters(session, key, count, PARKED_UNTIL, now):
+        return 0
+    woken = queries.wake_waiters(session, key, count, PARKED_UNTIL, now)
+    for row in woken:
         enqueue_after_commit(
             session,
             EnqueuedStep(
-                woken.execution_id, woken.workflow_id, woken.step_name, now, {"queue": woken.queue}
+                row.execution_id, row.workflow_id, row.step_name, now, {"queue": row.queue}
             ),
         )
+    return len(woken)
+
+
+def wake_stranded(session: Session, now: datetime) -> int:
+    """Wake the waiters of keys that have a slot free or stale (housekeeping's): how many.
+
+    A waiter is woken by a release of its key. None comes when the holder ended by a path
+    that frees nothing (its slot is stale), or when the release left the waiter to the
+    transaction that held its execution (``queries.wake_waiters``) and that one rolled back
+    without taking the slot. Waking one too many costs only a claim that parks it again."""
+    return sum(_wake(session, key, room, now) for key, room in queries.keys_with_room(session))
 
 
 def held_key(execution: StepExecution) -> str | None:

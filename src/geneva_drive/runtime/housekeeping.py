@@ -38,6 +38,7 @@ from geneva_drive.core import events
 from geneva_drive.core.ports import rows_are_the_queue
 from geneva_drive.core.settings import Settings, settings
 from geneva_drive.core.states import TERMINAL_WORKFLOW_STATES, ExecutionState, WorkflowState
+from geneva_drive.engine import limits
 from geneva_drive.engine.recovery import sweep
 from geneva_drive.storage import queries
 from geneva_drive.storage.db import session_factory
@@ -57,6 +58,7 @@ RESULT_KEYS = (
     "stuck_scheduled_recovered",
     "recovery_failures",
     "dispatched",
+    "limit_waiters_woken",
 )
 
 
@@ -251,6 +253,10 @@ def run(
     )
     result["stuck_in_progress_recovered"] = stuck
     result["recovery_failures"] += failed
+
+    # After the recoveries: a recovered holder's slot is freed (and its waiter woken) there.
+    with session_factory(config)() as session, session.begin():
+        result["limit_waiters_woken"] = limits.wake_stranded(session, now)
 
     dispatch_due = getattr(config.backend, "dispatch_due", None)
     if dispatch_due is not None:  # e.g. Celery: send long waits coming due, re-send lost ones

@@ -341,6 +341,27 @@ def wake_waiters(
     return woken
 
 
+def keys_with_room(session: Session) -> list[tuple[str, int]]:
+    """Keys someone waits for that have slots free or stale (held by an execution no longer
+    in progress, or gone), with how many: waiters no release will wake (housekeeping's).
+
+    A plain read: the wake-up that follows locks what it writes, and a waiter woken when a
+    slot is taken meanwhile only parks again."""
+    live = and_(
+        StepExecution.id == LimitSlot.execution_id,
+        in_state(StepExecution.state, ExecutionState.IN_PROGRESS),
+    )
+    waited_for = select(LimitWaiter.key).distinct()
+    rows = session.execute(
+        select(LimitSlot.key, func.count())
+        .outerjoin(StepExecution, live)
+        .where(LimitSlot.key.in_(waited_for), StepExecution.id.is_(None))
+        .group_by(LimitSlot.key)
+        .order_by(LimitSlot.key)
+    ).all()
+    return [(str(key), int(count)) for key, count in rows]
+
+
 def rate_starts(session: Session, key: str, since: datetime) -> list[datetime]:
     """The starts of ``key`` after ``since``, oldest first (the sliding window)."""
     stmt = (
