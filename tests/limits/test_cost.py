@@ -20,11 +20,11 @@ from tests.limits._support import counts
 WORKFLOWS = 3
 # Statements a three-step workflow with a never-binding class-level limit may cost over the
 # same one without. MariaDB and SQLite: the first step's slot (taken after its claim; its key
-# is stored by create()), the slot passed on to each next step, and the release. PostgreSQL passes the slot on inside
-# the statement that completes a step and inserts the next one started, and inside the one
-# that completes a workflow and hands over to the next workflow's first step (a slot of the
-# same key, when nobody waits for it): what is left is the first claim's slot and the last
-# release, spread over the workflows.
+# is stored by create()), the slot passed on to each next step, and the release. PostgreSQL
+# passes the slot on inside the statement that completes a step and inserts the next one
+# started, and inside the one that completes a workflow and hands over to the next workflow's
+# first step (a slot of the same key, when nobody waits for it): what is left is the first
+# claim's slot and the last release, spread over the workflows.
 BUDGET = {"postgresql": 2, "mariadb": 6, "sqlite": 6}
 
 
