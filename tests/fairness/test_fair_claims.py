@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import sqlalchemy as sa
@@ -14,6 +15,7 @@ from geneva_drive.runtime.loaded import claim_scope
 from geneva_drive.storage.db import session_factory
 from geneva_drive.storage.models import FairKey
 from geneva_drive.storage.queries.claims import ClaimScope
+from geneva_drive.storage.queries.fairness import NEVER
 from geneva_drive.testing import speedrun
 from tests.fairness.apps import FairCharge, PlainCharge, TwoSteps
 from tests.limits._support import OPTIONS
@@ -75,7 +77,7 @@ def test_without_a_key_the_order_is_the_ordinary_one(gd, session):
 
 
 def test_a_claim_without_fair_classes_never_reads_the_fair_keys(gd, session):
-    _burst_then_two(gd, session, FairCharge)
+    _burst_then_two(gd, session, PlainCharge)
     statements: list[str] = []
 
     def seen(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
@@ -83,7 +85,8 @@ def test_a_claim_without_fair_classes_never_reads_the_fair_keys(gd, session):
 
     event.listen(gd.engine, "before_cursor_execute", seen)
     try:
-        order = _claim_order(gd, ClaimScope())  # a scope with no fair class: the ordinary claim
+        # A worker that loads no keyed class: the ordinary claim.
+        order = _claim_order(gd, replace(claim_scope(None), fair=False))
     finally:
         event.remove(gd.engine, "before_cursor_execute", seen)
 
@@ -95,13 +98,13 @@ def test_each_key_is_stamped_when_served_and_its_executions_carry_it(gd, session
     _burst_then_two(gd, session, FairCharge)
     rows = session.scalars(select(StepExecution).order_by(StepExecution.id)).all()
     assert [r.fair_key for r in rows] == ["a.example"] * 8 + ["b.example"] * 2
-    assert {k.key for k in session.scalars(select(FairKey))} == {"", "a.example", "b.example"}
+    assert {k.key for k in session.scalars(select(FairKey))} == {"a.example", "b.example"}
 
-    _claim_order(gd, claim_scope(None), limit=2)  # the ordinary order's turn (a's row), b's
+    _claim_order(gd, claim_scope(None), limit=2)  # a's turn, then b's
 
     session.commit()  # a new read transaction (SQLite's keeps its snapshot until then)
     served = {k.key: k.served_at for k in session.scalars(select(FairKey))}
-    assert served["b.example"] > served["a.example"] == served[""]
+    assert served["b.example"] > served["a.example"] > NEVER
 
 
 def test_create_many_stores_each_heros_key_and_keeps_the_given_order(gd, session):
@@ -142,10 +145,8 @@ def test_with_every_key_locked_by_other_claims_a_claim_still_serves_the_keys_in_
         return  # one writer: no other claim holds a key while this one runs
     _, b = _burst_then_two(gd, session, FairCharge)
     keys: Any = FairKey.__table__
-    served = (
-        sa.update(keys).where(keys.c.key.in_(["", "a.example"])).values(served_at=gd.clock.now())
-    )
-    session.execute(served)  # the ordinary order and a served just now, b never
+    served = sa.update(keys).where(keys.c.key == "a.example").values(served_at=gd.clock.now())
+    session.execute(served)  # a served just now, b never
     session.commit()
     with gd.engine.connect() as other:
         # Another worker's claims, in flight: every key's row locked.
@@ -154,4 +155,4 @@ def test_with_every_key_locked_by_other_claims_a_claim_still_serves_the_keys_in_
         order = _claim_order(gd, claim_scope(None), limit=1)
 
         other.rollback()
-    assert order == [b[0]]  # b's (served longest ago), not the ordinary order's a[0]
+    assert order == [b[0]]  # b's (served longest ago), not a[0], due first
