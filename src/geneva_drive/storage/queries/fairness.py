@@ -31,15 +31,15 @@ behind A's 20,000: two claims. (A thread whose last key's turn found no key due 
 ``fair_turns.IDLE_ORDINARY_TURNS`` ordinary turns first, when rows without a key are due.)
 
 **Locks.** The key row lock is why two workers do not serve the same key at once: the second
-skips it (``SKIP LOCKED``) and serves the next key, so concurrent claims spread over the keys
-as one worker's successive claims do. It is taken before the claim's workflow and execution
-locks, which are ``SKIP LOCKED`` too, and held to the claim's commit; the stamp writes only
-that locked row. Nothing else locks a key row: a start inserts a new key's row (a plain
-read first, so an existing row, perhaps locked, is never waited for). So a claim never
-waits. MySQL/MariaDB read the candidate keys without locks, then lock them one by one by
-primary key, as their ordinary claim does: a locking read there would lock the rows its
-``EXISTS`` read too. SQLite renders no ``FOR UPDATE``: the claim's ``BEGIN IMMEDIATE``
-already holds the one write lock.
+skips it (``SKIP LOCKED``) and serves the next key, so concurrent claims spread over the
+keys as one worker's successive claims do. It is taken before the claim's workflow and
+execution locks, which are ``SKIP LOCKED`` too, and held to the claim's commit; the stamp
+writes only that locked row. Nothing else locks a key row but housekeeping's pruning, which
+skips locked rows too; a start inserts a new key's row (a plain read first, so an existing
+row, perhaps locked, is never waited for). So a claim never waits. MySQL/MariaDB read the
+candidate keys without locks, then lock them one by one by primary key, as their ordinary
+claim does: a locking read there would lock the rows its ``EXISTS`` read too. SQLite renders
+no ``FOR UPDATE``: the claim's ``BEGIN IMMEDIATE`` already holds the one write lock.
 
 A worker that has loaded no keyed class never reaches this module: its claims are the
 ordinary ones (``ClaimScope.fair``).
@@ -56,17 +56,19 @@ from sqlalchemy import (
     Integer,
     String,
     bindparam,
+    delete,
     exists,
     literal_column,
     select,
+    union_all,
     update,
 )
 from sqlalchemy.orm import Session
 
-from geneva_drive.core.states import ExecutionState
+from geneva_drive.core.states import ONGOING_WORKFLOW_STATES, ExecutionState
 from geneva_drive.storage.dialects import dialect_of
 from geneva_drive.storage.models import FairKey, StepExecution
-from geneva_drive.storage.queries._sql import in_state
+from geneva_drive.storage.queries._sql import in_state, workflow_model
 from geneva_drive.storage.queries.claims import (
     ClaimScope,
     Shape,
@@ -266,3 +268,54 @@ def _stamp_stmt() -> Any:
         .values(served_at=bindparam("served_now"))
         .execution_options(synchronize_session=False)
     )
+
+
+def keys_of_ongoing_workflows(session: Session, among: Sequence[str] | None = None) -> set[str]:
+    """The keys (``among`` these, if given) of the workflows not finished or canceled: those
+    a step may still be scheduled for (a paused or waiting workflow's too). One branch per
+    state, each a range of the workflows' state index, so it reads the ongoing workflows,
+    never the history (an ``IN`` of the three states looked to SQLite's statistics like most
+    of the table, and it read every workflow)."""
+    wf = workflow_model()
+    keyed = wf.fair_key.is_not(None) if among is None else wf.fair_key.in_(list(among))
+    branches = [
+        select(wf.fair_key).where(wf.state == literal_column(f"'{state.value}'", String), keyed)
+        for state in sorted(ONGOING_WORKFLOW_STATES)
+    ]
+    return {str(key) for key in session.scalars(union_all(*branches))}
+
+
+def every_key(session: Session) -> list[str]:
+    """Every key that has a row, in order (housekeeping's read, never a claim's)."""
+    table: Any = FairKey.__table__
+    return [str(key) for key in session.scalars(select(table.c.key).order_by(table.c.key))]
+
+
+def prune_idle_keys(session: Session, candidates: Sequence[str]) -> int:
+    """Delete the rows of those of ``candidates`` (keys no ongoing workflow had when the
+    caller looked) that still have none, in the caller's transaction; how many it deleted.
+
+    Each candidate row is locked ``FOR UPDATE SKIP LOCKED`` first: a key a claim serves at
+    this moment is left for the next pass, never waited for. Then, under those locks, the
+    ongoing workflows of the locked keys are read again (READ COMMITTED: a new statement
+    sees every commit before it): a create() of one of them that committed since the caller
+    looked keeps its key's row.
+
+    The race left: a create() that read its key's row (a plain read, :func:`register_keys`)
+    before this deletion and commits after it has a workflow whose key has no row, which no
+    key's turn serves. The next pass gives it one again (``register_keys`` of the keys of
+    ongoing workflows, ``runtime.housekeeping.prune_fair_keys``), so its steps wait one
+    housekeeping interval at most. Locking the row in create() would close it, at the price
+    of a create() waiting for a claim that serves its key.
+    """
+    table: Any = FairKey.__table__
+    lock = select(table.c.key).where(table.c.key.in_(list(candidates)))
+    locked = list(session.scalars(lock.with_for_update(skip_locked=True)))
+    if not locked:
+        return 0
+    still = keys_of_ongoing_workflows(session, among=locked)
+    idle = sorted(set(locked) - still)
+    if idle:
+        gone = delete(table).where(table.c.key.in_(idle))
+        session.execute(gone.execution_options(synchronize_session=False))
+    return len(idle)
