@@ -44,9 +44,10 @@ def _claim_order(gd: Any, scope: ClaimScope, limit: int = 100) -> list[int]:
     """The workflow of each claim, claim after claim (each started and left in progress),
     the clock a millisecond on after each."""
     order: list[int] = []
+    options = replace(OPTIONS)  # one step thread's runs: its own turns (engine.fair_turns)
     while len(order) < limit:
         with session_factory(gd)() as session:
-            started = phase1(session, OPTIONS, gd, scope=scope)
+            started = phase1(session, options, gd, scope=scope)
             if not isinstance(started, Prepared):
                 return order
             order.append(started.workflow.id)
@@ -156,3 +157,26 @@ def test_with_every_key_locked_by_other_claims_a_claim_still_serves_the_keys_in_
 
         other.rollback()
     assert order == [b[0]]  # b's (served longest ago), not a[0], due first
+
+
+def test_with_every_key_locked_a_threads_successive_claims_take_the_keys_in_turn(
+    gd, session, db_backend
+):
+    if db_backend == "sqlite":
+        return  # one writer: no other claim holds a key while this one runs
+    a, b = _burst_then_two(gd, session, FairCharge)
+    keys: Any = FairKey.__table__
+    session.execute(
+        sa.update(keys).where(keys.c.key == "a.example").values(served_at=gd.clock.now())
+    )
+    session.commit()
+    with gd.engine.connect() as other:
+        # Other threads' claims, in flight: every key's row locked, their stamps not committed.
+        other.execute(sa.select(keys.c.key).with_for_update()).all()
+
+        order = _claim_order(gd, claim_scope(None), limit=3)
+
+        other.rollback()
+    # Not b's two and then a's: every thread taking the first key of the served order, they
+    # all took the same key at once.
+    assert order == [b[0], a[0], b[1]]

@@ -31,6 +31,9 @@ class FairTurns:
     """How many ordinary turns a thread takes before its next key's turn."""
 
     ordinary_left: int = IDLE_ORDINARY_TURNS
+    # Key turns that found every key locked by other claims (queries.fairness.claim_fairly):
+    # the next such turn starts at the key after the last one's.
+    shared: int = 0
 
     @property
     def keys_next(self) -> bool:
@@ -39,9 +42,11 @@ class FairTurns:
     def took_ordinary_turn(self) -> None:
         self.ordinary_left -= 1
 
-    def took_key_turn(self, *, keys_due: bool) -> None:
+    def took_key_turn(self, *, keys_due: bool, shared: bool = False) -> None:
         # Keys with due rows: one ordinary turn, then a key's again. None: look again later.
         self.ordinary_left = 1 if keys_due else IDLE_ORDINARY_TURNS
+        if shared:
+            self.shared += 1
 
 
 _TURNS = "_gd_fair_turns"

@@ -183,8 +183,8 @@ def _claim_in_turn(
 def _key_turn(
     session: Session, now: datetime, scope: ClaimScope, turns: FairTurns
 ) -> tuple[int, int] | None:
-    turn = fairness.claim_fairly(session, now, scope)
-    turns.took_key_turn(keys_due=turn.keys_due)
+    turn = fairness.claim_fairly(session, now, scope, turns.shared)
+    turns.took_key_turn(keys_due=turn.keys_due, shared=turn.shared)
     return turn.claimed
 
 

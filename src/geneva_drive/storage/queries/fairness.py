@@ -20,14 +20,20 @@ A key's turn (:func:`claim_fairly`):
 A key whose due rows this worker cannot claim (other workers hold them at this moment;
 paused workflows; classes it has not loaded) gives nothing; the next key is tried, up to
 :data:`KEYS_PER_CLAIM`. When every key with due rows is locked by other claims (more step
-threads than keys), the keys are served in the same order without their locks or stamps.
+threads than keys), the turn is *shared*: it serves a key without its lock or stamp, each
+thread starting one key further along the served order at each shared turn, so that the
+claims in flight spread over the keys rather than all taking the first at once.
 
-**The bound.** A key that gets a due row either is new (never served: it sorts first) or
-was last served before every key served since. Each key that sorts before it is served at
-most once before it (being served stamps it after it), so a key's first due step waits for
-at most one key's turn per other key with due rows, plus the claims already in progress on
+**The bound.** A key that gets a due row either is new (never served: it sorts first) or was
+last served before every key served since. Each key that sorts before it is served at most
+once before it (being served stamps it after it), so a key's first due step waits for at
+most one key's turn per other key with due rows, plus the claims already in progress on
 other workers; each thread takes an ordinary turn between two key turns. B's first step
-behind A's 20,000: two claims. (A thread whose last key's turn found no key due takes up to
+behind A's 20,000: two claims. Under concurrent claims each of B's later steps waits for one
+of A's as well: with 3 worker processes x 4 threads racing on A's 60 and B's 5, B's last
+step starts among the first 2 x 5 + 2 x 12 (tests/fairness/test_worker_processes.py; the
+places come from start times, which the 12 claims in flight may reorder by as many again).
+(A thread whose last key's turn found no key due takes up to
 ``fair_turns.IDLE_ORDINARY_TURNS`` ordinary turns first, when rows without a key are due.)
 
 **Locks.** The key row lock is why two workers do not serve the same key at once: the second
@@ -103,16 +109,23 @@ def register_keys(session: Session, keys: Sequence[str]) -> None:
 
 
 class KeyTurn(NamedTuple):
-    """What a key's turn did: the row it claimed (execution id, workflow id), if any; and
-    whether some key had a due row (``keys_due``: false, the keys are idle)."""
+    """What a key's turn did: the row it claimed (execution id, workflow id), if any;
+    whether some key had a due row (``keys_due``: false, the keys are idle); and whether it
+    found every key locked by other claims (``shared``, see :func:`claim_fairly`)."""
 
     claimed: tuple[int, int] | None
     keys_due: bool
+    shared: bool = False
 
 
-def claim_fairly(session: Session, now: datetime, scope: ClaimScope) -> KeyTurn:
+def claim_fairly(
+    session: Session, now: datetime, scope: ClaimScope, shared_turns: int = 0
+) -> KeyTurn:
     """A key's turn: claim as :func:`claims.claim_due_execution` does, from the rows of the
-    key served least recently that has a due row (see the module docstring)."""
+    key served least recently that has a due row (see the module docstring).
+
+    ``shared_turns``: how many turns of this caller found every key locked (``shared``)
+    before: such a turn starts at that key of the served order, modulo their number."""
     tried: list[str] = []
     for _ in range(KEYS_PER_CLAIM):
         key = _lock_least_recently_served(session, now, scope, tried)
@@ -125,15 +138,21 @@ def claim_fairly(session: Session, now: datetime, scope: ClaimScope) -> KeyTurn:
             session.execute(_stamp_stmt(), {"served_key": key, "served_now": now})
             return KeyTurn(claimed, keys_due=True)
     # Every key left is being served by another claim at this moment (its row locked). With
-    # more step threads than keys, that is most claims: they serve the keys anyway, in the
-    # same order, without the lock and the stamp.
+    # more step threads than keys, that is most claims: they serve the keys anyway, without
+    # the lock and the stamp — each thread its next key of the served order, not the first:
+    # the stamps of the claims in flight are not committed yet, so taking the first, every
+    # such claim took the same key at once (with 3 workers x 4 threads and two tenants, b's
+    # last step came at place 36 of 65 in one run of nine, at most 15 spread so).
     params = {**_params(now, scope), "tried": tried}
     unlocked = list(session.scalars(_keys_stmt(queued=bool(scope.queues), locked=False), params))
+    if unlocked:
+        start = shared_turns % len(unlocked)
+        unlocked = unlocked[start:] + unlocked[:start]
     for key in unlocked:
         claimed = _claim_of_key(session, now, scope, str(key))
         if claimed is not None:
-            return KeyTurn(claimed, keys_due=True)
-    return KeyTurn(None, keys_due=bool(tried or unlocked))
+            return KeyTurn(claimed, keys_due=True, shared=True)
+    return KeyTurn(None, keys_due=bool(tried or unlocked), shared=bool(unlocked))
 
 
 def _lock_least_recently_served(
