@@ -180,3 +180,22 @@ def test_with_every_key_locked_a_threads_successive_claims_take_the_keys_in_turn
     # Not b's two and then a's: every thread taking the first key of the served order, they
     # all took the same key at once.
     assert order == [b[0], a[0], b[1]]
+
+
+def test_with_nothing_due_in_the_usual_order_a_threads_claims_go_to_the_keys_first(gd, session):
+    _burst_then_two(gd, session, FairCharge)
+    statements: list[str] = []
+
+    def seen(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        statements.append(statement)
+
+    event.listen(gd.engine, "before_cursor_execute", seen)
+    try:
+        order = _claim_order(gd, claim_scope(None))
+    finally:
+        event.remove(gd.engine, "before_cursor_execute", seen)
+
+    assert len(order) == 10
+    # The first claim's ordinary turn found nothing: the thread's next claims are keys' turns
+    # (and the one that finds nothing at the end tries the usual order again).
+    assert sum("fair_key IS NULL" in s for s in statements) == 2

@@ -9,7 +9,9 @@ thread takes :data:`IDLE_ORDINARY_TURNS` ordinary turns before it looks at the k
 a backlog of unkeyed workflows pays one look per that many claims (and a new key's first row
 waits for at most that many of this thread's ordinary claims). A turn that finds nothing
 gives its claim to the other turn, in the same transaction: neither kind of row waits while
-the other has none.
+the other has none. The same the other way: when an ordinary turn finds nothing, the thread
+takes that many key turns before it tries the ordinary order first again, so a backlog of
+keyed workflows does not pay an empty ordinary claim at every claim.
 
 A thread's turns are kept on its ``RunOptions`` (as ``chaining.Handovers`` are): each step
 thread has its own, and nothing is shared between threads or workers — the keys' rotation
@@ -31,20 +33,26 @@ class FairTurns:
     """How many ordinary turns a thread takes before its next key's turn."""
 
     ordinary_left: int = IDLE_ORDINARY_TURNS
+    # Key turns to take without an ordinary turn between them: the last ordinary turn found
+    # nothing due.
+    keys_only_left: int = 0
     # Key turns that found every key locked by other claims (queries.fairness.claim_fairly):
     # the next such turn starts at the key after the last one's.
     shared: int = 0
 
     @property
     def keys_next(self) -> bool:
-        return self.ordinary_left <= 0
+        return self.ordinary_left <= 0 or self.keys_only_left > 0
 
-    def took_ordinary_turn(self) -> None:
+    def took_ordinary_turn(self, *, found: bool = True) -> None:
         self.ordinary_left -= 1
+        # Nothing due in the ordinary order: the next IDLE_ORDINARY_TURNS claims are keys'.
+        self.keys_only_left = 0 if found else IDLE_ORDINARY_TURNS
 
     def took_key_turn(self, *, keys_due: bool, shared: bool = False) -> None:
         # Keys with due rows: one ordinary turn, then a key's again. None: look again later.
         self.ordinary_left = 1 if keys_due else IDLE_ORDINARY_TURNS
+        self.keys_only_left = max(0, self.keys_only_left - 1)
         if shared:
             self.shared += 1
 

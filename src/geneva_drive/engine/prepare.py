@@ -172,12 +172,18 @@ def _claim_in_turn(
     """The ordinary claim or a key's turn, whichever is this thread's turn
     (``engine.fair_turns``); the other when that one finds nothing."""
     if not turns.keys_next:
-        turns.took_ordinary_turn()
-        claimed = queries.claim_due_execution(session, now, scope)
-        if claimed is not None:
-            return claimed
-        return _key_turn(session, now, scope, turns)
-    return _key_turn(session, now, scope, turns) or queries.claim_due_execution(session, now, scope)
+        claimed = _ordinary_turn(session, now, scope, turns)
+        return claimed if claimed is not None else _key_turn(session, now, scope, turns)
+    claimed = _key_turn(session, now, scope, turns)
+    return claimed if claimed is not None else _ordinary_turn(session, now, scope, turns)
+
+
+def _ordinary_turn(
+    session: Session, now: datetime, scope: ClaimScope, turns: FairTurns
+) -> tuple[int, int] | None:
+    claimed = queries.claim_due_execution(session, now, scope)
+    turns.took_ordinary_turn(found=claimed is not None)
+    return claimed
 
 
 def _key_turn(

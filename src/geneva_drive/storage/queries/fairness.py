@@ -34,7 +34,8 @@ of A's as well: with 3 worker processes x 4 threads racing on A's 60 and B's 5, 
 step starts among the first 2 x 5 + 2 x 12 (tests/fairness/test_worker_processes.py; the
 places come from start times, which the 12 claims in flight may reorder by as many again).
 (A thread whose last key's turn found no key due takes up to
-``fair_turns.IDLE_ORDINARY_TURNS`` ordinary turns first, when rows without a key are due.)
+``fair_turns.IDLE_ORDINARY_TURNS`` ordinary turns first, when rows without a key are due;
+one whose last ordinary turn found nothing as many key turns.)
 
 **Locks.** The key row lock is why two workers do not serve the same key at once: the second
 skips it (``SKIP LOCKED``) and serves the next key, so concurrent claims spread over the
