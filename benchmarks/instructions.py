@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/instructions.py --workflows 300
     .venv/bin/python benchmarks/instructions.py --src /tmp/old-tree/src   # another tree's code
     .venv/bin/python benchmarks/instructions.py --observe off,metrics,tracing,both --no-bare
+    .venv/bin/python benchmarks/instructions.py --keyed-class-loaded --count-statements --no-bare
 
 Time per step on this shared virtual machine moves by a third from one run to the next (the
 same code measured 0.40 and 0.63 ms of worker CPU per step in consecutive runs, with nothing
@@ -40,21 +41,42 @@ VALGRIND = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--callgrind-o
 OBSERVE = ("off", "metrics", "tracing", "both")
 
 
-def geneva_drive_child(url: str, workflows: int, observe: str = "off") -> None:
+def geneva_drive_child(
+    url: str,
+    workflows: int,
+    observe: str = "off",
+    keyed_loaded: bool = False,
+    count_statements: bool = False,
+) -> None:
     """Under valgrind: seed a backlog, then count one step thread's run of it, with the
-    instrumentation ``observe`` names switched on (see :func:`observed`)."""
+    instrumentation ``observe`` names switched on (see :func:`observed`). ``keyed_loaded``:
+    a class with a ``fairness_key`` is loaded too (the backlog's class has none).
+    ``count_statements``: print the statements sent (``statements=N``; the listener's own
+    instructions are counted too)."""
     import _gd
     import gd_app
 
+    if keyed_loaded:
+        import gd_fair_app  # noqa: F401  (BenchFairOne: a keyed class in this process)
     engine, config = _gd.prepare(url)
     _gd.seed(config, gd_app.BenchThreeSteps, workflows)
     with engine.begin() as conn:  # as throughput.py: what autovacuum does within a minute
         conn.exec_driver_sql("ANALYZE")
     config, stop = observed(engine, config, observe)
+    sent = [0]
+    if count_statements:
+        from sqlalchemy import event
+
+        def count(*_: Any) -> None:
+            sent[0] += 1
+
+        event.listen(engine, "before_cursor_execute", count)
     callgrind_instrumentation(True)
     _gd.drain_with_one_step_thread(config, "instructions")
     stop()  # a batch processor's last export is counted: the application pays for it too
     callgrind_instrumentation(False)
+    if count_statements:
+        print(f"statements={sent[0]}")
     engine.dispose()
 
 
@@ -98,11 +120,17 @@ def observed(engine: Any, config: Any, observe: str) -> tuple[Any, Any]:
 
 
 def counted(argv: list[str], env: dict[str, str]) -> int:
+    return counted_and_sent(argv, env)[0]
+
+
+def counted_and_sent(argv: list[str], env: dict[str, str]) -> tuple[int, int | None]:
+    """Instructions, and the statements the child says it sent (``--count-statements``)."""
     done = subprocess.run([*VALGRIND, *argv], capture_output=True, text=True, env=env, check=False)
     found = re.search(r"Collected : (\d+)", done.stderr)
     if done.returncode != 0 or found is None:
         raise SystemExit(f"{argv[1]} under valgrind failed:\n{done.stderr[-2000:]}")
-    return int(found.group(1))
+    sent = re.search(r"statements=(\d+)", done.stdout)
+    return int(found.group(1)), int(sent.group(1)) if sent else None
 
 
 def main() -> None:
@@ -116,11 +144,21 @@ def main() -> None:
         f"run of its own: {', '.join(OBSERVE)} (default: off)",
     )
     parser.add_argument("--no-bare", action="store_true", help="skip the bare loop")
+    parser.add_argument(
+        "--keyed-class-loaded",
+        action="store_true",
+        help="load a class with a fairness_key in the step thread's process too",
+    )
+    parser.add_argument(
+        "--count-statements", action="store_true", help="also count the statements sent"
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child == "geneva-drive":
-        geneva_drive_child(args.url, args.workflows, args.observe)
+        geneva_drive_child(
+            args.url, args.workflows, args.observe, args.keyed_class_loaded, args.count_statements
+        )
         return
     modes = args.observe.split(",")
     if not set(modes) <= set(OBSERVE):
@@ -134,15 +172,20 @@ def main() -> None:
             name, url = server.create_database(f"instr_gd_{mode}")
             log(f"instructions: geneva-drive ({args.src}), {args.workflows} workflows, {mode}")
             child = ["--child", "geneva-drive", "--url", url, "--workflows", str(args.workflows)]
-            gd = counted([sys.executable, __file__, *child, "--observe", mode], env)
+            child += ["--keyed-class-loaded"] if args.keyed_class_loaded else []
+            child += ["--count-statements"] if args.count_statements else []
+            gd, sent = counted_and_sent([sys.executable, __file__, *child, "--observe", mode], env)
+            extra = {} if sent is None else {"statements_per_step": round(sent / steps, 3)}
             emit(
                 bench="instructions",
                 system="geneva-drive step thread",
                 observe=mode,
+                keyed_class_loaded=args.keyed_class_loaded,
                 src=args.src,
                 steps=steps,
                 instructions=gd,
                 per_step=round(gd / steps),
+                **extra,
             )
         if args.no_bare:
             return

@@ -31,9 +31,8 @@ def _fair_statements(gd: Any, session: Session, clock: Any) -> dict[str, tuple[s
     event.listen(gd.engine, "before_cursor_execute", record)
     try:
         with session.begin():
-            # The ordinary order's turn first (no key statement), then a key's.
-            for _ in range(2):
-                assert claim_fairly(session, clock.now(), claim_scope(None)) is not None
+            for _ in range(2):  # two keys' turns
+                assert claim_fairly(session, clock.now(), claim_scope(None)).claimed is not None
             session.rollback()
     finally:
         event.remove(gd.engine, "before_cursor_execute", record)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import sqlalchemy as sa
@@ -14,6 +15,7 @@ from geneva_drive.runtime.loaded import claim_scope
 from geneva_drive.storage.db import session_factory
 from geneva_drive.storage.models import FairKey
 from geneva_drive.storage.queries.claims import ClaimScope
+from geneva_drive.storage.queries.fairness import NEVER
 from geneva_drive.testing import speedrun
 from tests.fairness.apps import FairCharge, PlainCharge, TwoSteps
 from tests.limits._support import OPTIONS
@@ -42,9 +44,10 @@ def _claim_order(gd: Any, scope: ClaimScope, limit: int = 100) -> list[int]:
     """The workflow of each claim, claim after claim (each started and left in progress),
     the clock a millisecond on after each."""
     order: list[int] = []
+    options = replace(OPTIONS)  # one step thread's runs: its own turns (engine.fair_turns)
     while len(order) < limit:
         with session_factory(gd)() as session:
-            started = phase1(session, OPTIONS, gd, scope=scope)
+            started = phase1(session, options, gd, scope=scope)
             if not isinstance(started, Prepared):
                 return order
             order.append(started.workflow.id)
@@ -75,7 +78,7 @@ def test_without_a_key_the_order_is_the_ordinary_one(gd, session):
 
 
 def test_a_claim_without_fair_classes_never_reads_the_fair_keys(gd, session):
-    _burst_then_two(gd, session, FairCharge)
+    _burst_then_two(gd, session, PlainCharge)
     statements: list[str] = []
 
     def seen(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
@@ -83,7 +86,8 @@ def test_a_claim_without_fair_classes_never_reads_the_fair_keys(gd, session):
 
     event.listen(gd.engine, "before_cursor_execute", seen)
     try:
-        order = _claim_order(gd, ClaimScope())  # a scope with no fair class: the ordinary claim
+        # A worker that loads no keyed class: the ordinary claim.
+        order = _claim_order(gd, replace(claim_scope(None), fair=False))
     finally:
         event.remove(gd.engine, "before_cursor_execute", seen)
 
@@ -95,13 +99,13 @@ def test_each_key_is_stamped_when_served_and_its_executions_carry_it(gd, session
     _burst_then_two(gd, session, FairCharge)
     rows = session.scalars(select(StepExecution).order_by(StepExecution.id)).all()
     assert [r.fair_key for r in rows] == ["a.example"] * 8 + ["b.example"] * 2
-    assert {k.key for k in session.scalars(select(FairKey))} == {"", "a.example", "b.example"}
+    assert {k.key for k in session.scalars(select(FairKey))} == {"a.example", "b.example"}
 
-    _claim_order(gd, claim_scope(None), limit=2)  # the ordinary order's turn (a's row), b's
+    _claim_order(gd, claim_scope(None), limit=2)  # a's turn, then b's
 
     session.commit()  # a new read transaction (SQLite's keeps its snapshot until then)
     served = {k.key: k.served_at for k in session.scalars(select(FairKey))}
-    assert served["b.example"] > served["a.example"] == served[""]
+    assert served["b.example"] > served["a.example"] > NEVER
 
 
 def test_create_many_stores_each_heros_key_and_keeps_the_given_order(gd, session):
@@ -142,10 +146,8 @@ def test_with_every_key_locked_by_other_claims_a_claim_still_serves_the_keys_in_
         return  # one writer: no other claim holds a key while this one runs
     _, b = _burst_then_two(gd, session, FairCharge)
     keys: Any = FairKey.__table__
-    served = (
-        sa.update(keys).where(keys.c.key.in_(["", "a.example"])).values(served_at=gd.clock.now())
-    )
-    session.execute(served)  # the ordinary order and a served just now, b never
+    served = sa.update(keys).where(keys.c.key == "a.example").values(served_at=gd.clock.now())
+    session.execute(served)  # a served just now, b never
     session.commit()
     with gd.engine.connect() as other:
         # Another worker's claims, in flight: every key's row locked.
@@ -154,4 +156,46 @@ def test_with_every_key_locked_by_other_claims_a_claim_still_serves_the_keys_in_
         order = _claim_order(gd, claim_scope(None), limit=1)
 
         other.rollback()
-    assert order == [b[0]]  # b's (served longest ago), not the ordinary order's a[0]
+    assert order == [b[0]]  # b's (served longest ago), not a[0], due first
+
+
+def test_with_every_key_locked_a_threads_successive_claims_take_the_keys_in_turn(
+    gd, session, db_backend
+):
+    if db_backend == "sqlite":
+        return  # one writer: no other claim holds a key while this one runs
+    a, b = _burst_then_two(gd, session, FairCharge)
+    keys: Any = FairKey.__table__
+    session.execute(
+        sa.update(keys).where(keys.c.key == "a.example").values(served_at=gd.clock.now())
+    )
+    session.commit()
+    with gd.engine.connect() as other:
+        # Other threads' claims, in flight: every key's row locked, their stamps not committed.
+        other.execute(sa.select(keys.c.key).with_for_update()).all()
+
+        order = _claim_order(gd, claim_scope(None), limit=3)
+
+        other.rollback()
+    # Not b's two and then a's: every thread taking the first key of the served order, they
+    # all took the same key at once.
+    assert order == [b[0], a[0], b[1]]
+
+
+def test_with_nothing_due_in_the_usual_order_a_threads_claims_go_to_the_keys_first(gd, session):
+    _burst_then_two(gd, session, FairCharge)
+    statements: list[str] = []
+
+    def seen(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        statements.append(statement)
+
+    event.listen(gd.engine, "before_cursor_execute", seen)
+    try:
+        order = _claim_order(gd, claim_scope(None))
+    finally:
+        event.remove(gd.engine, "before_cursor_execute", seen)
+
+    assert len(order) == 10
+    # The first claim's ordinary turn found nothing: the thread's next claims are keys' turns
+    # (and the one that finds nothing at the end tries the usual order again).
+    assert sum("fair_key IS NULL" in s for s in statements) == 2

@@ -10,7 +10,6 @@ the queue. The other backends claim as before; these tests hold them to the same
 
 from __future__ import annotations
 
-from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -18,22 +17,17 @@ import pytest
 from sqlalchemy import Engine, select, text
 from sqlalchemy.orm import Session
 
+# A class with a fairness_key is loaded in this process: its claims are unkeyed classes' claims
+# in a process that has a keyed one, which must claim and hand over as in one that has none.
+import tests.fairness.apps  # noqa: F401
 from geneva_drive.engine.chaining import handovers_of
 from geneva_drive.engine.executor import RunOptions, claim_and_run
-from geneva_drive.runtime.loaded import claim_scope as loaded_scope
+from geneva_drive.runtime.loaded import claim_scope
 from geneva_drive.storage import queries
-from geneva_drive.storage.queries.claims import CLAIM_WINDOWS, ClaimScope
+from geneva_drive.storage.queries.claims import CLAIM_WINDOWS
 from tests.engine._support import reload
 from tests.worker._support import trail
 from tests.worker.apps import WorkerScaleThreeSteps
-
-
-def claim_scope(queues: list[str] | None) -> ClaimScope:
-    """The ordinary claim's scope: these tests are about the unkeyed claim and handover, and
-    the suite's process may hold a class with a ``fairness_key`` (tests/fairness), which would
-    make every claim a fair one (a fair worker never hands over in the completing statement)."""
-    return replace(loaded_scope(queues), fair=False)
-
 
 BEYOND_THE_WINDOW = CLAIM_WINDOWS[0] + 2
 THREE_DONE = [

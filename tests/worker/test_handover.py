@@ -11,30 +11,23 @@ claims is left to phase 1 as before.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any, ClassVar
 
 import pytest
 from sqlalchemy import Engine, select, text
 
+# A class with a fairness_key is loaded in this process: its claims are unkeyed classes' claims
+# in a process that has a keyed one, which must claim and hand over as in one that has none.
+import tests.fairness.apps  # noqa: F401
 from geneva_drive import StepExecution, Workflow, step
 from geneva_drive.core import events
 from geneva_drive.engine.executor import RunOptions, claim_and_run
-from geneva_drive.runtime.loaded import claim_scope as loaded_scope
+from geneva_drive.runtime.loaded import claim_scope
 from geneva_drive.storage.models import TIMEOUT_FOR
-from geneva_drive.storage.queries.claims import ClaimScope
 from tests.engine._support import reload
 from tests.worker._support import trail
 from tests.worker.apps import WorkerScaleThreeSteps
 from tests.worker.test_alone_completion import protocol_trace, sent
-
-
-def claim_scope(queues: list[str] | None) -> ClaimScope:
-    """The ordinary claim's scope: these tests are about the unkeyed claim and handover, and
-    the suite's process may hold a class with a ``fairness_key`` (tests/fairness), which would
-    make every claim a fair one (a fair worker never hands over in the completing statement)."""
-    return replace(loaded_scope(queues), fair=False)
-
 
 pytestmark = pytest.mark.postgres
 

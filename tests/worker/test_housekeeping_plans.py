@@ -19,7 +19,7 @@ from sqlalchemy import event, insert, text
 
 from geneva_drive import Signal, StepExecution, Workflow
 from geneva_drive.runtime import housekeeping
-from geneva_drive.storage.models import WHERE_INFO_KEY
+from geneva_drive.storage.models import WHERE_INFO_KEY, FairKey
 from tests.worker._support import table_of
 from tests.worker.test_housekeeping import HousekeepingTwoSteps
 
@@ -79,6 +79,8 @@ def _seed_history(session: Any, now: Any) -> None:
     )
     for _ in range(3):  # work in flight: ready, and one paused
         HousekeepingTwoSteps.create(session, allow_multiple=True)
+    # A fairness key no workflow has any more: the pass prunes it (queries.fairness).
+    session.execute(insert(FairKey), [{"key": "gone.example", "served_at": old}])
     session.commit()
 
 

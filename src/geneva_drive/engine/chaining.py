@@ -25,6 +25,7 @@ from geneva_drive.core.settings import Settings
 from geneva_drive.core.states import WorkflowState
 from geneva_drive.definition.limits import limits_of
 from geneva_drive.engine import limits, outcomes, prepare, scheduling, tracing, writer
+from geneva_drive.engine.fair_turns import turns_of
 from geneva_drive.engine.prepare import Prepared, execution_payload
 from geneva_drive.engine.run_options import RunOptions
 from geneva_drive.engine.step_errors import STEP_ERRORS
@@ -246,9 +247,11 @@ def hand_over(
     ``queries.handover``): a claim with every window costs the server 13 % more per step on
     a backlog, where the first rows always do.
     """
-    if not (completer.hands_over and scope.loaded_only) or scope.fair:
-        # A fair worker's claims take the least recently served key: claim_next's claim.
+    if not (completer.hands_over and scope.loaded_only):
         return None
+    turns = turns_of(options) if scope.takes_turns else None
+    if turns is not None and turns.keys_next:
+        return None  # a key's turn (engine.fair_turns): claim_next's claim
     if options.should_exit is not None and options.should_exit():
         return None
     # Limited steps only after a step that holds a slot, to pass on: the statement after any
@@ -287,8 +290,13 @@ def hand_over(
         span.handed_over(handover)
     # Counted as claims are once started here; a row it claimed but may not start is counted
     # by the ordinary claim that takes it.
-    if handover is not None and handover.started is not None and events.active("claim"):
-        events.emit("claim", {})
+    if handover is not None and handover.started is not None:
+        if turns is not None:
+            # The ordinary claim's turn. A row it claimed but may not start is claimed again
+            # by claim_next, an ordinary turn too: counted there.
+            turns.took_ordinary_turn()
+        if events.active("claim"):
+            events.emit("claim", {})
     if handover is not None and not wide and not handover.claimed:
         handovers.narrow_missed = True
     return handover
@@ -316,7 +324,7 @@ def claim_next(
     """
     if options.should_exit is not None and options.should_exit():
         return None
-    claimed = prepare.claim(session, config, scope, None)
+    claimed = prepare.claim(session, config, scope, None, options)
     if claimed is None:
         return None
     locked = prepare.lock_both(session, claimed[0], claimed[1], config)

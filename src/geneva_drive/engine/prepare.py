@@ -23,6 +23,7 @@ from geneva_drive.core.states import ExecutionState, WorkflowState
 from geneva_drive.definition.limits import limits_of
 from geneva_drive.definition.workflow import as_workflow
 from geneva_drive.engine import children, limits, outcomes, signals, tracing, writer
+from geneva_drive.engine.fair_turns import FairTurns, turns_of
 from geneva_drive.engine.run_options import RunOptions
 from geneva_drive.engine.step_errors import STEP_ERRORS, error_plan
 from geneva_drive.storage import queries
@@ -127,7 +128,7 @@ def phase1(
             connection_of(session)  # on the held connection, whichever query comes first
             workflow_id = None
             if execution_id is None:
-                claimed = claim(session, config, scope, claim_id)
+                claimed = claim(session, config, scope, claim_id, options)
                 if claimed is None:
                     return NotClaimed()
                 execution_id, workflow_id = claimed
@@ -145,20 +146,52 @@ def phase1(
 
 
 def claim(
-    session: Session, config: Settings, scope: ClaimScope, claim_id: int | None
+    session: Session,
+    config: Settings,
+    scope: ClaimScope,
+    claim_id: int | None,
+    options: RunOptions,
 ) -> tuple[int, int] | None:
     now = config.clock.now()
     with tracing.claim_span(config) as span:
-        if claim_id is None and scope.fair:
-            claimed = fairness.claim_fairly(session, now, scope)
-        elif claim_id is None:
-            claimed = queries.claim_due_execution(session, now, scope)
-        else:
+        if claim_id is not None:
             claimed = queries.claim_execution(session, claim_id, now, scope)
+        elif scope.takes_turns:
+            claimed = _claim_in_turn(session, now, scope, turns_of(options))
+        else:
+            claimed = queries.claim_due_execution(session, now, scope)
         span.claimed(claimed)
     if claimed is not None and events.active("claim"):
         events.emit("claim", {})
     return claimed
+
+
+def _claim_in_turn(
+    session: Session, now: datetime, scope: ClaimScope, turns: FairTurns
+) -> tuple[int, int] | None:
+    """The ordinary claim or a key's turn, whichever is this thread's turn
+    (``engine.fair_turns``); the other when that one finds nothing."""
+    if not turns.keys_next:
+        claimed = _ordinary_turn(session, now, scope, turns)
+        return claimed if claimed is not None else _key_turn(session, now, scope, turns)
+    claimed = _key_turn(session, now, scope, turns)
+    return claimed if claimed is not None else _ordinary_turn(session, now, scope, turns)
+
+
+def _ordinary_turn(
+    session: Session, now: datetime, scope: ClaimScope, turns: FairTurns
+) -> tuple[int, int] | None:
+    claimed = queries.claim_due_execution(session, now, scope)
+    turns.took_ordinary_turn(found=claimed is not None)
+    return claimed
+
+
+def _key_turn(
+    session: Session, now: datetime, scope: ClaimScope, turns: FairTurns
+) -> tuple[int, int] | None:
+    turn = fairness.claim_fairly(session, now, scope, turns.shared)
+    turns.took_key_turn(keys_due=turn.keys_due, shared=turn.shared)
+    return turn.claimed
 
 
 def _prepare(

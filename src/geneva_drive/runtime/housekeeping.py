@@ -43,6 +43,7 @@ from geneva_drive.engine.recovery import sweep
 from geneva_drive.storage import queries
 from geneva_drive.storage.db import session_factory
 from geneva_drive.storage.queries import admin as admin_queries
+from geneva_drive.storage.queries import fairness
 
 if TYPE_CHECKING:
     pass
@@ -59,6 +60,7 @@ RESULT_KEYS = (
     "recovery_failures",
     "dispatched",
     "limit_waiters_woken",
+    "fair_keys_pruned",
 )
 
 
@@ -92,6 +94,34 @@ def cleanup(config: Settings, result: dict[str, int]) -> None:
             result[key] += deleted
             if deleted < batch:
                 break
+
+
+# -- fair keys -------------------------------------------------------------------------------
+
+
+def prune_fair_keys(config: Settings, result: dict[str, int]) -> None:
+    """Delete the rows of fairness keys no ongoing workflow has, in batches, and give one
+    back to a key an ongoing workflow has without one.
+
+    Every key ever used has a row (``queries.fairness``), and a key's turn walks past the
+    keys served longest ago that have nothing due: without this, every tenant that ever ran
+    would be looked at by every key's turn. A finished or canceled workflow can schedule
+    nothing more, so its key's row can go; a later create() of the key inserts it again.
+    Each batch is a short transaction of its own that skips (``SKIP LOCKED``) the rows a claim
+    holds. The keys given back are those a create() racing a deletion left without a row
+    (see ``fairness.prune_idle_keys``): the first pass after such a create() repairs it.
+    """
+    factory = session_factory(config)
+    with factory() as session, session.begin():
+        ongoing = fairness.keys_of_ongoing_workflows(session)
+        kept = fairness.every_key(session)
+        fairness.register_keys(session, sorted(ongoing.difference(kept)))
+        candidates = [key for key in kept if key not in ongoing]
+    batch = config.housekeeping_batch_size
+    for start in range(0, len(candidates), batch):
+        with factory() as session, session.begin():
+            pruned = fairness.prune_idle_keys(session, candidates[start : start + batch])
+        result["fair_keys_pruned"] += pruned
 
 
 # -- gauges ----------------------------------------------------------------------------------
@@ -221,6 +251,7 @@ def run(
     config = config or settings()
     result = dict.fromkeys(RESULT_KEYS, 0)
     cleanup(config, result)
+    prune_fair_keys(config, result)
 
     now = config.clock.now()
     leases, failed = sweep(

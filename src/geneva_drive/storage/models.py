@@ -240,6 +240,10 @@ def _workflow_indexes() -> tuple[Index, ...]:
     )
 
 
+# The rows the ordinary claim takes (``queries.claims``): scheduled, without a fairness key.
+UNKEYED_SCHEDULED = "state = 'scheduled' AND fair_key IS NULL"
+
+
 def _partial_index(name: str, *columns: str, state: str) -> tuple[Index, Index]:
     """A non-unique index over rows in one ``state``.
 
@@ -506,21 +510,23 @@ class StepExecution(Timestamps, Base):
             ),
             PARTIAL_INDEX_DIALECTS,
         ),
-        # The worker's claim: due scheduled rows by queue, priority, due time.
-        *_partial_index(
+        # The worker's claim: due scheduled rows by queue, priority, due time. Only rows
+        # without a fairness key on PostgreSQL and SQLite (migration 0016): keyed rows are
+        # claimed by their keys' turns, through the fair index below, so a keyed burst is
+        # never walked to find an unkeyed row, and no scheduled row is in both indexes.
+        *_where_index(
             "ix_geneva_drive_step_executions_due",
-            "queue",
-            "priority",
-            "scheduled_for",
-            state="scheduled",
+            ("queue", "priority", "scheduled_for"),
+            UNKEYED_SCHEDULED,
+            ("state", "queue", "priority", "scheduled_for"),
         ),
         # The claim of a worker that serves every queue: without it the planner has no
         # ordered path and may scan every ready workflow per claim under a sudden backlog.
-        *_partial_index(
+        *_where_index(
             "ix_geneva_drive_step_executions_due_any",
-            "priority",
-            "scheduled_for",
-            state="scheduled",
+            ("priority", "scheduled_for"),
+            UNKEYED_SCHEDULED,
+            ("state", "priority", "scheduled_for"),
         ),
         # The fair claim: a key's due rows in claim order (``queries.fairness``). Only rows
         # that have a key, on PostgreSQL and SQLite: no other execution writes to it.

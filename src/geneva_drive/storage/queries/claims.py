@@ -55,8 +55,9 @@ class ClaimScope:
     vanished hero-less class is canceled), and is left scheduled for a worker that has the
     code. Without it, rows of every class (a runner handed one execution by id, tests).
 
-    ``fair``: some class it serves has a ``fairness_key``; its claims then rotate among the
-    keys (``queries.fairness``). Without one, the claim is the ordinary one, unchanged.
+    ``fair``: some class it serves has a ``fairness_key``: its claims then take turns, the
+    ordinary claim's (rows without a key) and the keys' (``queries.fairness``,
+    ``engine.fair_turns``). Without one, every claim is the ordinary one.
     """
 
     queues: tuple[str, ...] = ()
@@ -89,6 +90,12 @@ class ClaimScope:
         }
 
     @property
+    def takes_turns(self) -> bool:
+        """Whether keyed rows are among those it may claim: a class it serves has a key, or
+        it serves every class (the ordinary claim takes none of them)."""
+        return self.fair or not self.loaded_only
+
+    @property
     def shape(self) -> Shape:
         """How many workflow and hero types it binds: the claim statement is built per shape."""
         if not self.loaded_only:
@@ -97,6 +104,16 @@ class ClaimScope:
 
 
 EVERY_CLASS_ANY_QUEUE = ClaimScope()
+
+
+def without_key(fair_key: Any) -> Any:
+    """The ordinary claim's rows: those without a fairness key. A keyed row is claimed by its
+    key's turn only (``queries.fairness``); the ordinary claim's partial indexes hold only
+    unkeyed rows (``models.UNKEYED_SCHEDULED``, migration 0016), so it never walks past a
+    keyed burst to find its row, and its statement is the same in every worker."""
+    return fair_key.is_(None)
+
+
 Shape = tuple[int, int] | None  # a ClaimScope's shape; None: rows of every class
 
 
@@ -187,12 +204,20 @@ def _claim(
 
 @functools.lru_cache(maxsize=32)
 def _claim_stmt(
-    *, by_id: bool, queued: bool, candidates_first: bool, shape: Shape = None, row: Any = None
+    *,
+    by_id: bool,
+    queued: bool,
+    candidates_first: bool,
+    shape: Shape = None,
+    row: Any = None,
+    keyed: bool = False,
 ) -> Any:
     """The claim, built once per shape (its compiled form is then cached by SQLAlchemy).
 
     With ``row`` (rows of :func:`_scheduled_rows`, see :func:`first_in_order`): the claim of
-    one of them, found by primary key, unordered.
+    one of them, found by primary key, unordered. Of any due row, only rows without a
+    fairness key (:func:`without_key`), unless ``keyed`` (a key's turn adds its key:
+    ``queries.fairness``).
     """
     wf = workflow_model()
     # A row of the window names its workflow too: both rows are then found by primary key,
@@ -219,6 +244,8 @@ def _claim_stmt(
         )
     else:
         stmt = stmt.where(in_state(StepExecution.state, ExecutionState.SCHEDULED))
+        if not keyed:
+            stmt = stmt.where(without_key(StepExecution.fair_key))
         stmt = stmt.order_by(StepExecution.priority, StepExecution.scheduled_for)
     if queued:
         stmt = stmt.where(StepExecution.queue.in_(bindparam("queues", expanding=True)))
@@ -258,6 +285,8 @@ def _scheduled_rows(*, queued: bool, due: bool, size: int | None, keyed: bool = 
     if due:
         now = bindparam("now", type_=executions.c.scheduled_for.type)
         stmt = stmt.where(executions.c.scheduled_for <= _unseen_by_the_planner(now))
+        if not keyed:
+            stmt = stmt.where(without_key(executions.c.fair_key))
         if keyed:
             # The key first: only the key's index gives that order, so the generic plan
             # cannot take the due rows' index instead and read past other keys' rows (it did,

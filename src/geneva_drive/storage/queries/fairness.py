@@ -1,45 +1,55 @@
-"""Fair claims: a worker's claim takes the due row of the key served least recently.
+"""Fair claims: a key's turn takes the due row of the key served least recently.
 
 A class with ``fairness_key`` stores each workflow's key on it and on each of its executions
-(``fair_key``), and every key has a row in ``geneva_drive_fair_keys`` saying when a fair
-claim last served it (a new key: never, :data:`NEVER`). So does the *ordinary order*
-(:data:`ORDINARY`, the key ``''``): its turn is the worker's ordinary claim, which serves
-the rows without a key (and any row, in its usual order), so a burst of keyed workflows does
-not hold them back more than one turn per rotation. When that turn takes a keyed row, the
-row's key is stamped served too, so keys share the claims evenly.
+(``fair_key``), and every key has a row in ``geneva_drive_fair_keys`` saying when a key's
+turn last served it (a new key: never, :data:`NEVER`). A row with a key is claimed only by a
+key's turn; the ordinary claim (``claims.claim_due_execution``, PostgreSQL's handover) takes
+only rows without one, through partial indexes that hold only those (migration 0016). A
+worker thread that loads a keyed class alternates the two kinds of turn while keys have due
+rows (``engine.fair_turns``), so a class without a key is claimed and handed over with the
+statements of a worker that loads none, and a keyed burst is never walked to find its rows.
 
-A worker that has loaded a class with a key claims with :func:`claim_fairly`:
+A key's turn (:func:`claim_fairly`):
 
-1. the key served least recently that has a due row (the ordinary order: always), its row
-   locked ``FOR UPDATE SKIP LOCKED``;
-2. the key is stamped served now, in the claim's transaction;
-3. its oldest due row is claimed as the ordinary claim claims one (same conditions and
-   order, same ``SKIP LOCKED``), through ``ix_geneva_drive_step_executions_fair``.
+1. the key served least recently that has a due row, its row locked ``FOR UPDATE SKIP
+   LOCKED``;
+2. its oldest due row, claimed as the ordinary claim claims one (same conditions and order,
+   same ``SKIP LOCKED``), through ``ix_geneva_drive_step_executions_fair``;
+3. the key stamped served now, in the claim's transaction.
 
 A key whose due rows this worker cannot claim (other workers hold them at this moment;
 paused workflows; classes it has not loaded) gives nothing; the next key is tried, up to
 :data:`KEYS_PER_CLAIM`. When every key with due rows is locked by other claims (more step
-threads than keys), the keys are served in the same order without their locks or stamps.
+threads than keys), the turn is *shared*: it serves a key without its lock or stamp, each
+thread starting one key further along the served order at each shared turn, so that the
+claims in flight spread over the keys rather than all taking the first at once.
 
-**The bound.** A key that gets a due row either is new (never served: it sorts first) or
-was last served before every key served since. Each key that sorts before it is served at
-most once before it (being served stamps it after it), so a key's first due step waits for
-at most one claim per other key with due rows, plus the ordinary order's turn, plus the
-claims already in progress on other workers. B's first step behind A's 20,000: two claims.
+**The bound.** A key that gets a due row either is new (never served: it sorts first) or was
+last served before every key served since. Each key that sorts before it is served at most
+once before it (being served stamps it after it), so a key's first due step waits for at
+most one key's turn per other key with due rows, plus the claims already in progress on
+other workers; each thread takes an ordinary turn between two key turns. B's first step
+behind A's 20,000: two claims. Under concurrent claims each of B's later steps waits for one
+of A's as well: with 3 worker processes x 4 threads racing on A's 60 and B's 5, B's last
+step starts among the first 2 x 5 + 2 x 12 (tests/fairness/test_worker_processes.py; the
+places come from start times, which the 12 claims in flight may reorder by as many again).
+(A thread whose last key's turn found no key due takes up to
+``fair_turns.IDLE_ORDINARY_TURNS`` ordinary turns first, when rows without a key are due;
+one whose last ordinary turn found nothing as many key turns.)
 
 **Locks.** The key row lock is why two workers do not serve the same key at once: the second
-skips it (``SKIP LOCKED``) and serves the next key, so concurrent claims spread over the keys
-as one worker's successive claims do. It is taken before the claim's workflow and execution
-locks, which are ``SKIP LOCKED`` too, and held to the claim's commit; the stamp writes only
-that locked row. Nothing else locks a key row: a start inserts a new key's row (a plain read
-first, so an existing row, perhaps locked, is never waited for). So a claim never waits.
-MySQL/MariaDB read the candidate keys without locks, then lock them one by one by primary
-key, as their ordinary claim does: a locking read there would lock the rows its ``EXISTS``
-read too. SQLite renders no ``FOR UPDATE``: the claim's ``BEGIN IMMEDIATE`` already holds the
-one write lock.
+skips it (``SKIP LOCKED``) and serves the next key, so concurrent claims spread over the
+keys as one worker's successive claims do. It is taken before the claim's workflow and
+execution locks, which are ``SKIP LOCKED`` too, and held to the claim's commit; the stamp
+writes only that locked row. Nothing else locks a key row but housekeeping's pruning, which
+skips locked rows too; a start inserts a new key's row (a plain read first, so an existing
+row, perhaps locked, is never waited for). So a claim never waits. MySQL/MariaDB read the
+candidate keys without locks, then lock them one by one by primary key, as their ordinary
+claim does: a locking read there would lock the rows its ``EXISTS`` read too. SQLite renders
+no ``FOR UPDATE``: the claim's ``BEGIN IMMEDIATE`` already holds the one write lock.
 
-Workflows of classes without a key never reach this module: a worker that has loaded none
-claims with the ordinary statements, unchanged (``ClaimScope.fair``).
+A worker that has loaded no keyed class never reaches this module: its claims are the
+ordinary ones (``ClaimScope.fair``).
 """
 
 from __future__ import annotations
@@ -47,24 +57,25 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import (
     Integer,
     String,
     bindparam,
+    delete,
     exists,
     literal_column,
-    or_,
     select,
+    union_all,
     update,
 )
 from sqlalchemy.orm import Session
 
-from geneva_drive.core.states import ExecutionState
+from geneva_drive.core.states import ONGOING_WORKFLOW_STATES, ExecutionState
 from geneva_drive.storage.dialects import dialect_of
 from geneva_drive.storage.models import FairKey, StepExecution
-from geneva_drive.storage.queries._sql import in_state
+from geneva_drive.storage.queries._sql import in_state, workflow_model
 from geneva_drive.storage.queries.claims import (
     ClaimScope,
     Shape,
@@ -72,20 +83,17 @@ from geneva_drive.storage.queries.claims import (
     _claim_stmt,
     _core_claim,
     _mysql_lock_first_claimable,
-    claim_due_execution,
     first_in_order,
 )
 
-# The ordinary order's key: its turn is the ordinary claim. A fairness key is never empty.
-ORDINARY = ""
 # When a key that no fair claim has served yet was served: before any that was.
 NEVER = datetime(1970, 1, 1, tzinfo=UTC)
-# How many keys one claim tries (each other worker may hold one) before the ordinary claim.
+# How many keys one turn tries (each other worker may hold one) before it gives up its lock.
 KEYS_PER_CLAIM = 8
 
 
 def register_keys(session: Session, keys: Sequence[str]) -> None:
-    """Give each of ``keys`` (and the ordinary order) a row, never served, if it has none.
+    """Give each of ``keys`` a row, never served, if it has none.
 
     A plain read first: an existing row is left alone, never waited for (a claim may hold
     it). A new one is inserted, keeping one a concurrent start inserted first (it waits for
@@ -94,59 +102,58 @@ def register_keys(session: Session, keys: Sequence[str]) -> None:
     does not exist" instead (the slots' rows are created the same way, ``queries.limits``).
     """
     table: Any = FairKey.__table__
-    wanted = sorted({*keys, ORDINARY})
+    wanted = sorted(set(keys))
     found = set(session.scalars(select(table.c.key).where(table.c.key.in_(wanted))))
     missing = [{"key": key, "served_at": NEVER} for key in wanted if key not in found]
     if missing:
         session.execute(dialect_of(session).insert_keeping_existing(table), missing)
 
 
-def claim_fairly(session: Session, now: datetime, scope: ClaimScope) -> tuple[int, int] | None:
-    """Claim as :func:`claims.claim_due_execution` does, the key served least recently first
-    (see the module docstring). (execution id, workflow id), or None: nothing is due."""
+class KeyTurn(NamedTuple):
+    """What a key's turn did: the row it claimed (execution id, workflow id), if any;
+    whether some key had a due row (``keys_due``: false, the keys are idle); and whether it
+    found every key locked by other claims (``shared``, see :func:`claim_fairly`)."""
+
+    claimed: tuple[int, int] | None
+    keys_due: bool
+    shared: bool = False
+
+
+def claim_fairly(
+    session: Session, now: datetime, scope: ClaimScope, shared_turns: int = 0
+) -> KeyTurn:
+    """A key's turn: claim as :func:`claims.claim_due_execution` does, from the rows of the
+    key served least recently that has a due row (see the module docstring).
+
+    ``shared_turns``: how many turns of this caller found every key locked (``shared``)
+    before: such a turn starts at that key of the served order, modulo their number."""
     tried: list[str] = []
     for _ in range(KEYS_PER_CLAIM):
         key = _lock_least_recently_served(session, now, scope, tried)
         if key is None:
             break
         tried.append(key)
-        claimed = (
-            claim_due_execution(session, now, scope)
-            if key == ORDINARY
-            else _claim_of_key(session, now, scope, key)
-        )
+        claimed = _claim_of_key(session, now, scope, key)
         if claimed is not None:
-            # The row this claim locked: no wait. Written only when the key was served.
+            # The row this claim locked: no wait.
             session.execute(_stamp_stmt(), {"served_key": key, "served_now": now})
-            if key == ORDINARY:
-                _stamp_key_of(session, claimed[0], now)
-            return claimed
-        if key == ORDINARY:
-            return None  # the ordinary claim takes any row: none is claimable
+            return KeyTurn(claimed, keys_due=True)
     # Every key left is being served by another claim at this moment (its row locked). With
-    # more step threads than keys, that is most claims: they serve the keys anyway, in the
-    # same order, without the lock and the stamp — not the ordinary order, which would hand
-    # the burst every claim but one per key and transaction.
+    # more step threads than keys, that is most claims: they serve the keys anyway, without
+    # the lock and the stamp — each thread its next key of the served order, not the first:
+    # the stamps of the claims in flight are not committed yet, so taking the first, every
+    # such claim took the same key at once (with 3 workers x 4 threads and two tenants, b's
+    # last step came at place 36 of 65 in one run of nine, at most 15 spread so).
     params = {**_params(now, scope), "tried": tried}
-    unlocked = session.scalars(_keys_stmt(queued=bool(scope.queues), locked=False), params)
-    for key in list(unlocked):
-        if key == ORDINARY:
-            return claim_due_execution(session, now, scope)
+    unlocked = list(session.scalars(_keys_stmt(queued=bool(scope.queues), locked=False), params))
+    if unlocked:
+        start = shared_turns % len(unlocked)
+        unlocked = unlocked[start:] + unlocked[:start]
+    for key in unlocked:
         claimed = _claim_of_key(session, now, scope, str(key))
         if claimed is not None:
-            return claimed
-    return None if ORDINARY in tried else claim_due_execution(session, now, scope)
-
-
-def _stamp_key_of(session: Session, execution_id: int, now: datetime) -> None:
-    """The ordinary order's turn served a keyed row: its key was served too, so that the
-    turns of a key with the oldest rows do not come twice a round. Only if no other claim
-    holds the key's row (``SKIP LOCKED``; that claim is serving it now): never a wait."""
-    key = session.execute(_key_of_stmt(), {"execution_id": execution_id}).scalar()
-    if key is None:
-        return
-    if session.execute(_lock_key_stmt(), {"key": key}).first() is not None:
-        session.execute(_stamp_stmt(), {"served_key": key, "served_now": now})
+            return KeyTurn(claimed, keys_due=True, shared=True)
+    return KeyTurn(None, keys_due=bool(tried or unlocked), shared=bool(unlocked))
 
 
 def _lock_least_recently_served(
@@ -200,7 +207,9 @@ def _key_claim_stmt(*, queued: bool, shape: Shape, candidates_first: bool) -> An
     ``claims._scheduled_rows`` (with ``key = k`` SQLite read the due rows' index, past the
     other keys' rows).
     """
-    stmt = _claim_stmt(by_id=False, queued=queued, candidates_first=candidates_first, shape=shape)
+    stmt = _claim_stmt(
+        by_id=False, queued=queued, candidates_first=candidates_first, shape=shape, keyed=True
+    )
     key = bindparam("fair_key", type_=String)
     if candidates_first:
         return stmt.where(StepExecution.fair_key == key)
@@ -229,9 +238,8 @@ def _windowed_key_claim(queued: bool, shape: Shape) -> Any:
 
 @functools.lru_cache(maxsize=16)
 def _keys_stmt(*, queued: bool, locked: bool) -> Any:
-    """Keys in the order they were served that have a due row (the ordinary order: always),
-    leaving out those this claim ``tried``; the first, locked ``SKIP LOCKED`` (``locked``),
-    or the first few, without locks.
+    """Keys in the order they were served that have a due row, leaving out those this turn
+    ``tried``; the first, locked ``SKIP LOCKED`` (``locked``), or the first few, unlocked.
 
     The due row is probed in the key's index alone, its workflow not read: joined to the
     workflows, the planner drove the probe from a read of every workflow. So a key whose due
@@ -254,7 +262,7 @@ def _keys_stmt(*, queued: bool, locked: bool) -> Any:
         due = due.where(StepExecution.queue.in_(bindparam("queues", expanding=True)))
     stmt = (
         select(keys.c.key)
-        .where(or_(keys.c.key == literal_column("''", String), exists(due)))
+        .where(exists(due))
         .where(keys.c.key.not_in(bindparam("tried", expanding=True)))
         .order_by(keys.c.served_at, keys.c.key)
     )
@@ -272,11 +280,6 @@ def _lock_key_stmt() -> Any:
 
 
 @functools.cache
-def _key_of_stmt() -> Any:
-    return select(StepExecution.fair_key).where(StepExecution.id == bindparam("execution_id"))
-
-
-@functools.cache
 def _stamp_stmt() -> Any:
     keys: Any = FairKey.__table__
     return (
@@ -285,3 +288,54 @@ def _stamp_stmt() -> Any:
         .values(served_at=bindparam("served_now"))
         .execution_options(synchronize_session=False)
     )
+
+
+def keys_of_ongoing_workflows(session: Session, among: Sequence[str] | None = None) -> set[str]:
+    """The keys (``among`` these, if given) of the workflows not finished or canceled: those
+    a step may still be scheduled for (a paused or waiting workflow's too). One branch per
+    state, each a range of the workflows' state index, so it reads the ongoing workflows,
+    never the history (an ``IN`` of the three states looked to SQLite's statistics like most
+    of the table, and it read every workflow)."""
+    wf = workflow_model()
+    keyed = wf.fair_key.is_not(None) if among is None else wf.fair_key.in_(list(among))
+    branches = [
+        select(wf.fair_key).where(wf.state == literal_column(f"'{state.value}'", String), keyed)
+        for state in sorted(ONGOING_WORKFLOW_STATES)
+    ]
+    return {str(key) for key in session.scalars(union_all(*branches))}
+
+
+def every_key(session: Session) -> list[str]:
+    """Every key that has a row, in order (housekeeping's read, never a claim's)."""
+    table: Any = FairKey.__table__
+    return [str(key) for key in session.scalars(select(table.c.key).order_by(table.c.key))]
+
+
+def prune_idle_keys(session: Session, candidates: Sequence[str]) -> int:
+    """Delete the rows of those of ``candidates`` (keys no ongoing workflow had when the
+    caller looked) that still have none, in the caller's transaction; how many it deleted.
+
+    Each candidate row is locked ``FOR UPDATE SKIP LOCKED`` first: a key a claim serves at
+    this moment is left for the next pass, never waited for. Then, under those locks, the
+    ongoing workflows of the locked keys are read again (READ COMMITTED: a new statement
+    sees every commit before it): a create() of one of them that committed since the caller
+    looked keeps its key's row.
+
+    The race left: a create() that read its key's row (a plain read, :func:`register_keys`)
+    before this deletion and commits after it has a workflow whose key has no row, which no
+    key's turn serves. The next pass gives it one again (``register_keys`` of the keys of
+    ongoing workflows, ``runtime.housekeeping.prune_fair_keys``), so its steps wait one
+    housekeeping interval at most. Locking the row in create() would close it, at the price
+    of a create() waiting for a claim that serves its key.
+    """
+    table: Any = FairKey.__table__
+    lock = select(table.c.key).where(table.c.key.in_(list(candidates)))
+    locked = list(session.scalars(lock.with_for_update(skip_locked=True)))
+    if not locked:
+        return 0
+    still = keys_of_ongoing_workflows(session, among=locked)
+    idle = sorted(set(locked) - still)
+    if idle:
+        gone = delete(table).where(table.c.key.in_(idle))
+        session.execute(gone.execution_options(synchronize_session=False))
+    return len(idle)
