@@ -12,6 +12,7 @@ from sqlalchemy import (
     bindparam,
     case,
     func,
+    literal_column,
     null,
     or_,
     select,
@@ -310,19 +311,16 @@ def new_row_source(attrs: list[Any], prefix: str) -> Any:
     itself, which MySQL/MariaDB allow where they refuse a subquery on it."""
     p: Any = StepExecution.__table__.alias("p")
     known = func.count() == func.count(p.c.attempt)
-    attempt = case((known, func.count(func.nullif(p.c.attempt, 0)) + 1), else_=null())
-
-    def bound(key: str) -> Any:
-        return bindparam(f"{prefix}{key}", type_=StepExecution.__table__.c[key].type)
-
-    values = [
-        attempt if a.key == "attempt" else bindparam(f"{prefix}{a.key}", type_=a.columns[0].type)
-        for a in attrs
-    ]
+    # Literal numbers, not parameters: a completion's statement is near the parameters and
+    # length psycopg keeps its parsing for (bypass._parsed_every_time).
+    runs = func.count(func.nullif(p.c.attempt, literal_column("0"))) + literal_column("1")
+    attempt = case((known, runs), else_=null())
+    bound = {a.key: bindparam(f"{prefix}{a.key}", type_=a.columns[0].type) for a in attrs}
+    values = [attempt if a.key == "attempt" else bound[a.key] for a in attrs]
     return (
         select(*values)
         .select_from(p)
-        .where(p.c.workflow_id == bound("workflow_id"), p.c.step_name == bound("step_name"))
+        .where(p.c.workflow_id == bound["workflow_id"], p.c.step_name == bound["step_name"])
     )
 
 
