@@ -60,7 +60,7 @@ def _provider() -> tuple[TracerProvider, InMemorySpanExporter]:
     return provider, exporter
 
 
-def _attempts(exporter: InMemorySpanExporter) -> list[int]:
+def _attempts(exporter: InMemorySpanExporter) -> list[Any]:
     return [
         dict(s.attributes)["geneva_drive.attempt"]
         for s in exporter.get_finished_spans()
