@@ -9,7 +9,7 @@ from datetime import timedelta
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from geneva_drive import ExceptionPolicy, StepExecution, Workflow, admin, step
+from geneva_drive import ConcurrencyLimit, ExceptionPolicy, StepExecution, Workflow, admin, step
 from geneva_drive.engine.executor import claim_and_run
 from geneva_drive.engine.run_options import RunOptions
 from geneva_drive.testing import perform_next_step, run_due, speedrun
@@ -149,6 +149,12 @@ class AttChain(Workflow):
         pass
 
 
+class AttLimited(AttChain):
+    """Its steps pass a concurrency slot on as each completes (engine.limits)."""
+
+    concurrency = ConcurrencyLimit(1000)
+
+
 def test_a_first_run_is_attempt_1_and_each_reattempt_one_more(session):
     FLAKY_RUNS.clear()  # ids start again on each database
     wf = AttFlaky.create(session)
@@ -251,3 +257,29 @@ def test_a_worker_chaining_steps_stores_each_attempt(gd, session):
 
     for workflow_id in ids:
         assert _agree(session, workflow_id) == [("a", 1), ("b", 1), ("c", 1)]
+
+
+def test_a_step_that_passes_its_limits_slot_on_stores_each_attempt(gd, session):
+    ids = [AttLimited.create(session).id for _ in range(2)]
+    session.commit()
+    options = RunOptions(worker_id="w", lease=timedelta(seconds=30), chain=lambda queue: True)
+    while claim_and_run(None, options, gd):
+        pass
+
+    for workflow_id in ids:
+        assert _agree(session, workflow_id) == [("a", 1), ("b", 1), ("c", 1)]
+
+
+def test_an_operator_skip_schedules_the_next_step_with_its_count(session):
+    order = Order(status="declined")
+    session.add(order)
+    wf = AttFails.create(session, hero=order)
+    session.commit()
+    perform_next_step(wf)
+    perform_next_step(wf, raise_errors=False)  # paused at charge
+    admin.resume_at(session, wf.id, "prepare", actor="ops")
+    session.commit()
+    admin.skip(session, wf.id, actor="ops")  # prepare's second run skipped: charge again
+    session.commit()
+
+    assert _agree(session, wf.id)[-2:] == [("prepare", 2), ("charge", 2)]
