@@ -486,6 +486,7 @@ def arm_timer(
         queue=options.get("queue") or "default",
         priority=options.get("priority") or 0,
         metadata_json=metadata,
+        attempt=0,  # a timer is not a run of its step: the count of runs leaves it out
     )
     session.add(timer)
     session.flush()

@@ -128,6 +128,7 @@ def plan_start(
             "queue": options.get("queue") or "default",
             "priority": options.get("priority") or 0,
             "created_at": now,
+            "attempt": 1,  # a new workflow's first run of any step
         }
     )
     del execution["workflow_id"]

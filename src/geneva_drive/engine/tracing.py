@@ -123,7 +123,8 @@ def step_span(
     """The span of one step execution's body; ``payload`` (the ``step`` event's) gives its
     outcome and exception when the body ends. A shared no-op when tracing is off.
 
-    ``session``: the step's, to count its attempt (one indexed read, only when tracing)."""
+    ``session``: the step's, to count the attempt of a row that has none stored (a timer, a
+    row from before migration 0017): one indexed read, only when tracing."""
     tracer = _tracer(config)
     if tracer is None:
         return _OFF
@@ -150,9 +151,7 @@ class _StepSpan:
             "geneva_drive.workflow.id": identity["workflow_id"],
             "geneva_drive.execution.id": identity["execution_id"],
             "geneva_drive.step": identity["step_name"],
-            # Read on the step's connection, without a flush (what a before-step hook
-            # changed is flushed with the step's end).
-            "geneva_drive.attempt": queries.attempt_number(self.session, execution),
+            "geneva_drive.attempt": execution.attempt or self._counted_attempt(),
             "geneva_drive.queue": execution.queue or "default",
             "geneva_drive.hero.type": workflow.hero_type or "",
             "geneva_drive.hero.id": workflow.hero_id or "",
@@ -170,6 +169,13 @@ class _StepSpan:
             set_status_on_exception=False,
         )
         self.token = _context_api.attach(api.set_span_in_context(self.span))
+
+    def _counted_attempt(self) -> int:
+        """The attempt of an execution that has none stored: a timer's (its parked run's), or
+        a row from before migration 0017 (or of a step that has one). Read on the step's
+        connection, without a flush (what a before-step hook changed is flushed with the
+        step's end); the one statement a span may add, and only for those rows."""
+        return queries.attempt_number(self.session, self.prepared.execution)
 
     def __exit__(self, *exc: Any) -> None:
         api = _trace_api()

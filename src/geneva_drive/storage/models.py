@@ -480,6 +480,11 @@ class StepExecution(Timestamps, Base):
     # Its workflow's fairness key (migration 0015, at the end of the table): a fair claim
     # takes the oldest due row of the key served least recently (``queries.fairness``).
     fair_key: Mapped[str | None] = mapped_column(String(255), sort_order=12)
+    # Which run of its step in its workflow this is (migration 0017): 1, 2, … counted as
+    # ``admin.show``'s timeline counts them; 0 on a timer (not a run); NULL where unknown
+    # (rows from before 0017, and later runs of their steps). Computed by the database as the
+    # row is inserted (``queries.executions.attempt_value``), read by a step's span.
+    attempt: Mapped[int | None] = mapped_column(Integer, sort_order=13)
 
     __table_args__ = (
         # Not (workflow_id), (state) nor (scheduled_for), which the gem has: wider or partial

@@ -14,7 +14,7 @@ VERSION_TABLE = "geneva_drive_alembic_version"
 
 # The id of the last migration in ``storage/migrations/versions``. A new migration updates it;
 # tests/test_migrations.py checks it against the head Alembic computes from the scripts.
-HEAD_REVISION = "0016"
+HEAD_REVISION = "0017"
 
 
 def current_revision(engine: Engine) -> str | None:

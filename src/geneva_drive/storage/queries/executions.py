@@ -12,6 +12,7 @@ from sqlalchemy import (
     bindparam,
     case,
     func,
+    literal_column,
     null,
     or_,
     select,
@@ -135,15 +136,15 @@ def complete_in_one_statement(
             params["p_workflow_id"], params["p_taken_at"] = pass_slot
     run = execute_alone if alone else execute_direct
     result = run(connection_of(session), stmt, params)
-    w, e, n = result[0], result[1], result[2]
-    p = result[3] if passes else None  # a fourth column only where the slot may pass on
+    w, e, n, attempt = result[0], result[1], result[2], result[3]
+    p = result[4] if passes else None  # a fifth column only where the slot may pass on
     if w:
         mark_written(session, workflow, navigation)
     if e:
         mark_written(session, execution, done)
     if n is None or row is None:
         return bool(w), bool(e), None, False
-    row["id"] = int(n)
+    row["id"], row["attempt"] = int(n), attempt
     inserted: StepExecution = as_inserted(session, StepExecution.__mapper__, row)
     return bool(w), bool(e), inserted, bool(p)
 
@@ -163,20 +164,22 @@ def _complete_stmt(
         select(func.count()).select_from(e).scalar_subquery(),
     ]
     if not insert:
-        return select(*counts, null())
+        return select(*counts, null(), null())
     executions: Any = StepExecution.__table__
     # Bound by attribute name, as _execution_row gives them (metadata_json -> "metadata").
     attrs = [a for a in sa_inspect(StepExecution).column_attrs if a.key != "id"]
     columns = [a.columns[0] for a in attrs]
-    values = [bindparam(f"n_{a.key}", type_=c.type) for a, c in zip(attrs, columns, strict=True)]
+    # HAVING, not WHERE: the aggregate gives its row even when no row matches its WHERE.
+    source = new_row_source(attrs, "n_").having(select(e.c.id).exists())
     n = (
         executions.insert()
-        .from_select(columns, select(*values).where(select(e.c.id).exists()))
-        .returning(executions.c.id)
+        .from_select(columns, source)
+        .returning(executions.c.id, executions.c.attempt)
         .cte("n")
     )
+    inserted = (select(n.c.id).scalar_subquery(), select(n.c.attempt).scalar_subquery())
     if not passes:
-        return select(*counts, select(n.c.id).scalar_subquery())
+        return select(*counts, *inserted)
     slots: Any = LimitSlot.__table__
     p = (
         update(slots)
@@ -189,11 +192,7 @@ def _complete_stmt(
         .returning(slots.c.slot)
         .cte("p")
     )
-    return select(
-        *counts,
-        select(n.c.id).scalar_subquery(),
-        select(func.count()).select_from(p).scalar_subquery(),
-    )
+    return select(*counts, *inserted, select(func.count()).select_from(p).scalar_subquery())
 
 
 def completion_params(
@@ -292,8 +291,10 @@ def insert_execution(session: Session, values: dict[str, Any]) -> StepExecution:
     row = _execution_row(values)
     connection = connection_of(session)
     if connection.dialect.insert_returning:
-        row["id"] = int(execute_direct(connection, _insert_stmt(returning=True), row)[0])
-    else:  # e.g. SQLite before 3.35: the driver's lastrowid, through SQLAlchemy
+        new_id, row["attempt"] = execute_direct(connection, _insert_stmt(returning=True), row)
+        row["id"] = int(new_id)
+    else:  # e.g. SQLite before 3.35: the driver's lastrowid, through SQLAlchemy; the attempt
+        # is left unknown (NULL), counted when a span needs it (attempt_number)
         key = connection.execute(_insert_stmt(returning=False), [row]).inserted_primary_key
         assert key is not None  # an INSERT of one row always reports its key
         row["id"] = int(key[0])
@@ -313,12 +314,44 @@ def _execution_row(values: dict[str, Any]) -> dict[str, Any]:
 
 @functools.cache
 def _insert_stmt(*, returning: bool) -> Any:
+    """``INSERT … SELECT`` of the bound values and the row's attempt (:func:`new_row_source`)
+    ``RETURNING id, attempt``; without RETURNING, a plain ``INSERT … VALUES`` (attempt NULL)."""
     table: Any = StepExecution.__table__
-    columns = sa_inspect(StepExecution).column_attrs
-    stmt = table.insert().values(
-        {attr.columns[0]: bindparam(attr.key) for attr in columns if attr.key != "id"}
+    attrs = [a for a in sa_inspect(StepExecution).column_attrs if a.key != "id"]
+    if not returning:
+        return table.insert().values({a.columns[0]: bindparam(a.key) for a in attrs})
+    return (
+        table.insert()
+        .from_select([a.columns[0] for a in attrs], new_row_source(attrs, ""))
+        .returning(table.c.id, table.c.attempt)
     )
-    return stmt.returning(table.c.id) if returning else stmt
+
+
+def new_row_source(attrs: list[Any], prefix: str) -> Any:
+    """``SELECT`` one new execution's columns (``attrs``, each bound as ``prefix`` + its
+    attribute's name) with its ``attempt`` worked out from its step's earlier rows in its
+    workflow: one more than the runs before it (timers, ``attempt`` 0, not counted), as
+    ``admin.show``'s timeline counts them; NULL (unknown) if any earlier row has none
+    (written before migration 0017), then counted by :func:`attempt_number` if a span needs it.
+
+    In SQL, so that no path that schedules a step — the next step after a completion, a
+    reattempt, an operator's retry or resume_at, a step come back to — needs a statement of
+    its own for it. An aggregate over the earlier rows (found by the workflow's index), so it
+    gives its one row whether there are any or not; ``INSERT … SELECT … FROM`` the table
+    itself, which MySQL/MariaDB allow where they refuse a subquery on it."""
+    p: Any = StepExecution.__table__.alias("p")
+    known = func.count() == func.count(p.c.attempt)
+    # Literal numbers, not parameters: a completion's statement is near the parameters and
+    # length psycopg keeps its parsing for (bypass._parsed_every_time).
+    runs = func.count(func.nullif(p.c.attempt, literal_column("0"))) + literal_column("1")
+    attempt = case((known, runs), else_=null())
+    bound = {a.key: bindparam(f"{prefix}{a.key}", type_=a.columns[0].type) for a in attrs}
+    values = [attempt if a.key == "attempt" else bound[a.key] for a in attrs]
+    return (
+        select(*values)
+        .select_from(p)
+        .where(p.c.workflow_id == bound["workflow_id"], p.c.step_name == bound["step_name"])
+    )
 
 
 def current_execution(session: Session, workflow_id: int) -> StepExecution | None:
