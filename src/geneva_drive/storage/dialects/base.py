@@ -37,6 +37,10 @@ class Dialect:
     skips_conflicting_inserts: ClassVar[bool] = True
     # A DELETE with an ``IN (sub-query)`` is run as a semi-join; else it is written as a join.
     deletes_by_semi_join: ClassVar[bool] = True
+    # A new execution's ``attempt`` worked out by its own INSERT (``INSERT … SELECT`` from the
+    # executions table: ``queries.executions.new_row_source``); else it is stored NULL and a
+    # step's span counts it with a read, only when tracing.
+    counts_attempt_on_insert: ClassVar[bool] = True
     # One writer at a time for the whole database (no row locks): geneva-drive's transactions
     # take the write lock when they begin.
     single_writer: ClassVar[bool] = False

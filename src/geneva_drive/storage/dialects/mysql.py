@@ -30,6 +30,12 @@ class MySQL(Dialect):
     # A single-table DELETE with an IN sub-query runs it as a *dependent* sub-query for every
     # row of the table (no semi-join for DELETE before MariaDB 11.1).
     deletes_by_semi_join = False
+    # InnoDB runs ``INSERT … SELECT`` from the table it inserts into with the table's AUTO-INC
+    # lock held to the statement's end and shared locks on the rows it reads: two workers'
+    # completions, each holding the other's next row lock, deadlocked (a worker then stalled
+    # until its lease was recovered). A plain INSERT takes the AUTO-INC lock only for the
+    # moment it draws an id, and reads nothing.
+    counts_attempt_on_insert = False
 
     def insert_keeping_existing(self, table: Table) -> Insert:
         # A no-op ON DUPLICATE KEY UPDATE: no savepoint to lose. InnoDB rolls back the whole

@@ -290,14 +290,17 @@ def insert_execution(session: Session, values: dict[str, Any]) -> StepExecution:
     mapper = StepExecution.__mapper__
     row = _execution_row(values)
     connection = connection_of(session)
-    if connection.dialect.insert_returning:
-        new_id, row["attempt"] = execute_direct(connection, _insert_stmt(returning=True), row)
-        row["id"] = int(new_id)
-    else:  # e.g. SQLite before 3.35: the driver's lastrowid, through SQLAlchemy; the attempt
-        # is left unknown (NULL), counted when a span needs it (attempt_number)
+    if not connection.dialect.insert_returning:
+        # e.g. SQLite before 3.35: the driver's lastrowid, through SQLAlchemy; the attempt is
+        # left unknown (NULL), counted when a span needs it (attempt_number)
         key = connection.execute(_insert_stmt(returning=False), [row]).inserted_primary_key
         assert key is not None  # an INSERT of one row always reports its key
         row["id"] = int(key[0])
+    elif dialect_of(connection).counts_attempt_on_insert:
+        new_id, row["attempt"] = execute_direct(connection, _insert_stmt(returning=True), row)
+        row["id"] = int(new_id)
+    else:  # MySQL/MariaDB: a plain INSERT, the attempt left NULL (see the dialect)
+        row["id"] = int(execute_direct(connection, _plain_insert_returning_stmt(), row)[0])
     execution: StepExecution = as_inserted(session, mapper, row)
     return execution
 
@@ -324,6 +327,16 @@ def _insert_stmt(*, returning: bool) -> Any:
         table.insert()
         .from_select([a.columns[0] for a in attrs], new_row_source(attrs, ""))
         .returning(table.c.id, table.c.attempt)
+    )
+
+
+@functools.cache
+def _plain_insert_returning_stmt() -> Any:
+    """``INSERT … VALUES`` of the bound values ``RETURNING id``: the attempt NULL."""
+    table: Any = StepExecution.__table__
+    attrs = [a for a in sa_inspect(StepExecution).column_attrs if a.key != "id"]
+    return (
+        table.insert().values({a.columns[0]: bindparam(a.key) for a in attrs}).returning(table.c.id)
     )
 
 
