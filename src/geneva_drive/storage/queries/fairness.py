@@ -18,7 +18,9 @@ A key's turn (:func:`claim_fairly`):
 3. the key stamped served now, in the claim's transaction.
 
 On PostgreSQL the three are one statement (:func:`_turn_stmt`, data-modifying CTEs), two
-round trips fewer per keyed step; MySQL/MariaDB and SQLite send them one by one.
+round trips fewer per keyed step, and after a workflow finishes they are part of the
+handover's statement (``queries.handover``, :func:`least_recently_served_key`); MySQL/MariaDB
+and SQLite send them one by one.
 
 A key whose due rows this worker cannot claim (other workers hold them at this moment;
 paused workflows; classes it has not loaded) gives nothing; the next key is tried, up to
@@ -305,10 +307,17 @@ def _windowed_key_claim(queued: bool, shape: Shape) -> Any:
     return first_in_order(claim_of, queued=queued, due=True, keyed=True)
 
 
+def least_recently_served_key(queued: bool) -> Any:
+    """The key a turn serves, locked ``FOR UPDATE SKIP LOCKED`` (PostgreSQL's handover takes
+    a key's turn in its statement with it: ``queries.handover``)."""
+    return _keys_stmt(queued=queued, locked=True, excluding=False)
+
+
 @functools.lru_cache(maxsize=16)
-def _keys_stmt(*, queued: bool, locked: bool) -> Any:
+def _keys_stmt(*, queued: bool, locked: bool, excluding: bool = True) -> Any:
     """Keys in the order they were served that have a due row, leaving out those this turn
-    ``tried``; the first, locked ``SKIP LOCKED`` (``locked``), or the first few, unlocked.
+    ``tried`` (``excluding``); the first, locked ``SKIP LOCKED`` (``locked``), or the first
+    few, unlocked.
 
     The due row is probed in the key's index alone, its workflow not read: joined to the
     workflows, the planner drove the probe from a read of every workflow. So a key whose due
@@ -329,12 +338,9 @@ def _keys_stmt(*, queued: bool, locked: bool) -> Any:
     )
     if queued:
         due = due.where(StepExecution.queue.in_(bindparam("queues", expanding=True)))
-    stmt = (
-        select(keys.c.key)
-        .where(exists(due))
-        .where(keys.c.key.not_in(bindparam("tried", expanding=True)))
-        .order_by(keys.c.served_at, keys.c.key)
-    )
+    stmt = select(keys.c.key).where(exists(due)).order_by(keys.c.served_at, keys.c.key)
+    if excluding:
+        stmt = stmt.where(keys.c.key.not_in(bindparam("tried", expanding=True)))
     if not locked:
         return stmt.limit(KEYS_PER_CLAIM)
     return stmt.limit(1).with_for_update(skip_locked=True)
