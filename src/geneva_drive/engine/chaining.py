@@ -282,6 +282,7 @@ def hand_over(
         limited=limited,
         held_key=prepared.holds,
         keyed=keyed,
+        shared_turns=turns.shared if turns is not None else 0,
     )
     with tracing.claim_span(config) as span:
         handover = completer.finish_and_start_next(
@@ -299,7 +300,7 @@ def hand_over(
     if handover is not None and handover.started is not None:
         if keyed:
             assert turns is not None  # for mypy
-            turns.took_key_turn(keys_due=True)
+            turns.took_key_turn(keys_due=True, shared=handover.shared)
         elif turns is not None:
             # The ordinary claim's turn. A row it claimed but may not start is claimed again
             # by claim_next, a turn of the same kind: counted there.

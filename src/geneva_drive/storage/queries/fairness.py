@@ -313,6 +313,21 @@ def least_recently_served_key(queued: bool) -> Any:
     return _keys_stmt(queued=queued, locked=True, excluding=False)
 
 
+def shared_key(queued: bool) -> Any:
+    """The key a shared turn serves (see :func:`claim_fairly`), as a scalar subquery: of the
+    first keys with a due row, the one at ``shared`` modulo their number, without a lock.
+    PostgreSQL's handover serves it when it could lock no key (``queries.handover``)."""
+    keys: Any = FairKey.__table__
+    few = (
+        _keys_stmt(queued=queued, locked=False, excluding=False)
+        .add_columns(func.row_number().over(order_by=(keys.c.served_at, keys.c.key)).label("place"))
+        .subquery("few")
+    )
+    count = select(func.count()).select_from(few).scalar_subquery()
+    place = bindparam("shared", type_=Integer) % func.greatest(count, 1) + 1
+    return select(few.c.key).where(few.c.place == place).scalar_subquery()
+
+
 @functools.lru_cache(maxsize=16)
 def _keys_stmt(*, queued: bool, locked: bool, excluding: bool = True) -> Any:
     """Keys in the order they were served that have a due row, leaving out those this turn

@@ -99,7 +99,7 @@ from geneva_drive.storage.queries.claims import (
     loaded_classes_in_arrays,
 )
 from geneva_drive.storage.queries.executions import completion_ctes, completion_params
-from geneva_drive.storage.queries.fairness import least_recently_served_key
+from geneva_drive.storage.queries.fairness import least_recently_served_key, shared_key
 from geneva_drive.storage.queries.limits import CONCURRENCY, KEYS, PARKED
 
 
@@ -122,6 +122,9 @@ class NextClaim:
     # A key's turn (``engine.fair_turns``): the due rows of the key served least recently,
     # which the statement stamps served if it starts one (see the module's docstring).
     keyed: bool = False
+    # Of the caller's key turns, how many found every key locked (``fair_turns``): where a
+    # shared turn starts in the keys' order.
+    shared_turns: int = 0
 
 
 @dataclass(frozen=True)
@@ -165,6 +168,8 @@ class Handover:
     # completed step: ``passed``), if it holds one.
     holds: str | None = None
     passed: bool = False
+    # A key's turn that served a key without its lock or stamp (every key locked).
+    shared: bool = False
 
 
 def finish_and_start_next(
@@ -218,6 +223,8 @@ def finish_and_start_next(
         assert claim.limited is not None  # for mypy
         params.update(claim.limited.params())
         params["held_key"] = claim.held_key
+    if claim.keyed:
+        params["shared"] = claim.shared_turns
     connection = connection_of(session)
     row = (execute_alone if claim.alone else execute_direct)(connection, stmt, params)
     committed = not driver_in_transaction(connection)
@@ -233,6 +240,18 @@ def finish_and_start_next(
     execution_values, workflow_values = _split(row, 4 if limited or claim.keyed else 3)
     if execution_values["id"] is None:
         return Handover(wrote_workflow, wrote_execution, claimed, None, committed)
+    if claim.keyed:  # started: its key stamped, unless the turn was shared
+        return Handover(
+            wrote_workflow,
+            wrote_execution,
+            claimed,
+            (
+                _loaded(session, base.polymorphic_map[workflow_values["type"]], workflow_values),
+                _loaded(session, StepExecution.__mapper__, execution_values),
+            ),
+            committed,
+            shared=not row[3],
+        )
     next_execution = _loaded(session, StepExecution.__mapper__, execution_values)
     # The row's own class: only loaded classes have steps among the direct pairs.
     next_workflow = _loaded(session, base.polymorphic_map[workflow_values["type"]], workflow_values)
@@ -345,7 +364,11 @@ def _statement(
         # A key's turn: the key served least recently with a due row, locked (k), and the
         # first due rows of that key, as queries.fairness claims them.
         k = least_recently_served_key(queued).cte("k")
-        key = select(k.c.key).scalar_subquery()
+        # None locked (other claims hold every key with a due row): a shared turn's key.
+        served = select(
+            func.coalesce(select(k.c.key).scalar_subquery(), shared_key(queued)).label("key")
+        ).cte("kk")
+        key = select(served.c.key).scalar_subquery()
     c = first_in_order(
         claim_of, queued=queued, due=True, windows=windows, keyed=keyed, key=key
     ).cte("c")
@@ -406,7 +429,7 @@ def _statement(
         keys: Any = FairKey.__table__
         t = (
             update(keys)
-            .where(keys.c.key == key, select(s.c.id).exists())
+            .where(keys.c.key == select(k.c.key).scalar_subquery(), select(s.c.id).exists())
             .values(served_at=bindparam("now"))
             .returning(keys.c.key)
             .cte("kt")
