@@ -251,9 +251,11 @@ def hand_over(
         return None
     turns = turns_of(options) if scope.takes_turns else None
     # A key's turn (engine.fair_turns) is taken in the statement too, but not after a step
-    # that holds a slot (its statement passes the slot on, and claims in the ordinary order).
+    # that holds a slot (its statement passes the slot on, and claims in the ordinary order),
+    # nor when the last key turn found no key due (the look every IDLE_ORDINARY_TURNS claims
+    # of an unkeyed backlog: in claim_next's transaction, as before).
     keyed = turns is not None and turns.keys_next
-    if keyed and prepared.holds is not None:
+    if turns is not None and keyed and (prepared.holds is not None or not turns.keys_were_due):
         return None  # claim_next's key turn
     if options.should_exit is not None and options.should_exit():
         return None
