@@ -49,3 +49,16 @@ class TwoSteps(Workflow):
     @step
     def second(self) -> None:
         pass
+
+
+class FairChargeDirect(Workflow):
+    """FairCharge without the hero's load in phase 1: on PostgreSQL the statement that
+    finishes a workflow takes a key's turn and starts this step itself (``queries.handover``)."""
+
+    may_proceed_without_hero = True
+    fairness_key = tenant_of
+
+    @step
+    def charge(self) -> None:
+        if BODY_SECONDS:
+            time.sleep(BODY_SECONDS)  # the step's work

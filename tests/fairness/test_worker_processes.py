@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 
 from geneva_drive import FrozenClock, create_engine
 from geneva_drive.runtime.configure import configured
-from tests.fairness.apps import FairCharge
+from tests.fairness.apps import FairCharge, FairChargeDirect
 from tests.support.app import Account, AppBase
 from tests.support.worker_processes import (
     finished_workflows,
@@ -46,8 +46,11 @@ def db(db_backend: str, installed_database_url: str) -> Iterator[tuple[sa.Engine
     engine.dispose()
 
 
+@pytest.mark.parametrize(
+    "cls", [FairCharge, FairChargeDirect], ids=["phase 1", "started by the handover"]
+)
 def test_a_later_tenant_is_served_among_the_first_claims_across_worker_processes(
-    db, installed_database_url, tmp_path
+    db, installed_database_url, tmp_path, cls
 ):
     engine, clock = db
     with Session(engine) as session:
@@ -56,7 +59,7 @@ def test_a_later_tenant_is_served_among_the_first_claims_across_worker_processes
                 account = Account(id=f"{tenant}-{i}", email=f"u{i}@{tenant}")
                 session.add(account)
                 session.flush()
-                FairCharge.create(session, hero=account)
+                cls.create(session, hero=account)
             session.commit()
             clock.advance(seconds=1)  # b's rows are due after a's
 

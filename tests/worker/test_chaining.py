@@ -79,7 +79,9 @@ def _writing_commits(engine: Engine) -> tuple[list[int], Callable[[], None]]:
 
     def on_execute(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
         # Not "FOR UPDATE": a claim (which on PostgreSQL also begins with WITH) only reads.
-        if WRITES.search(statement):
+        # Nor a statement that wrote no row: on PostgreSQL a key's turn that finds no key
+        # due is one statement whose stamp (an UPDATE in a CTE) writes nothing.
+        if WRITES.search(statement) and cursor.rowcount != 0:
             wrote.add(id(conn.connection.dbapi_connection))
 
     def on_commit(conn: Any) -> None:
@@ -88,11 +90,11 @@ def _writing_commits(engine: Engine) -> tuple[list[int], Callable[[], None]]:
             wrote.discard(key)
             count[0] += 1
 
-    event.listen(engine, "before_cursor_execute", on_execute)
+    event.listen(engine, "after_cursor_execute", on_execute)
     event.listen(engine, "commit", on_commit)
 
     def stop() -> None:
-        event.remove(engine, "before_cursor_execute", on_execute)
+        event.remove(engine, "after_cursor_execute", on_execute)
         event.remove(engine, "commit", on_commit)
 
     return count, stop

@@ -250,8 +250,13 @@ def hand_over(
     if not (completer.hands_over and scope.loaded_only):
         return None
     turns = turns_of(options) if scope.takes_turns else None
-    if turns is not None and turns.keys_next:
-        return None  # a key's turn (engine.fair_turns): claim_next's claim
+    # A key's turn (engine.fair_turns) is taken in the statement too, but not after a step
+    # that holds a slot (its statement passes the slot on, and claims in the ordinary order),
+    # nor when the last key turn found no key due (the look every IDLE_ORDINARY_TURNS claims
+    # of an unkeyed backlog: in claim_next's transaction, as before).
+    keyed = turns is not None and turns.keys_next
+    if turns is not None and keyed and (prepared.holds is not None or not turns.keys_were_due):
+        return None  # claim_next's key turn
     if options.should_exit is not None and options.should_exit():
         return None
     # Limited steps only after a step that holds a slot, to pass on: the statement after any
@@ -262,7 +267,9 @@ def hand_over(
     if not direct[0] and limited is None:
         return None
     handovers = handovers_of(options)
-    wide = handovers.wide > 0
+    # A key's turn tries the key's first due rows only; a miss leaves the claim to the next
+    # key's turn (queries.fairness), which tries every window and the next keys.
+    wide = handovers.wide > 0 and not keyed
     if wide:
         handovers.wide -= 1
     claim = queries.NextClaim(
@@ -276,6 +283,8 @@ def hand_over(
         wide=wide,
         limited=limited,
         held_key=prepared.holds,
+        keyed=keyed,
+        shared_turns=turns.shared if turns is not None else 0,
     )
     with tracing.claim_span(config) as span:
         handover = completer.finish_and_start_next(
@@ -291,13 +300,16 @@ def hand_over(
     # Counted as claims are once started here; a row it claimed but may not start is counted
     # by the ordinary claim that takes it.
     if handover is not None and handover.started is not None:
-        if turns is not None:
+        if keyed:
+            assert turns is not None  # for mypy
+            turns.took_key_turn(keys_due=True, shared=handover.shared)
+        elif turns is not None:
             # The ordinary claim's turn. A row it claimed but may not start is claimed again
-            # by claim_next, an ordinary turn too: counted there.
+            # by claim_next, a turn of the same kind: counted there.
             turns.took_ordinary_turn()
         if events.active("claim"):
             events.emit("claim", {})
-    if handover is not None and not wide and not handover.claimed:
+    if handover is not None and not wide and not keyed and not handover.claimed:
         handovers.narrow_missed = True
     return handover
 

@@ -39,6 +39,10 @@ class FairTurns:
     # Key turns that found every key locked by other claims (queries.fairness.claim_fairly):
     # the next such turn starts at the key after the last one's.
     shared: int = 0
+    # Whether the last key turn found a key with a due row: PostgreSQL's handover takes the
+    # next key's turn only then (chaining.hand_over); an idle look goes through an ordinary
+    # claim's transaction, as it did before the handover took key turns.
+    keys_were_due: bool = False
 
     @property
     def keys_next(self) -> bool:
@@ -53,6 +57,7 @@ class FairTurns:
         # Keys with due rows: one ordinary turn, then a key's again. None: look again later.
         self.ordinary_left = 1 if keys_due else IDLE_ORDINARY_TURNS
         self.keys_only_left = max(0, self.keys_only_left - 1)
+        self.keys_were_due = keys_due
         if shared:
             self.shared += 1
 

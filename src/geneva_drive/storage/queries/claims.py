@@ -273,11 +273,14 @@ EVERY_WINDOW: tuple[int | None, ...] = (*CLAIM_WINDOWS, None)
 
 
 @functools.lru_cache(maxsize=16)
-def _scheduled_rows(*, queued: bool, due: bool, size: int | None, keyed: bool = False) -> Any:
+def _scheduled_rows(
+    *, queued: bool, due: bool, size: int | None, keyed: bool = False, key: Any = None
+) -> Any:
     """Scheduled executions (id, workflow, due time) in the order of a partial index: the due
     ones in claim order (``due``), or every one by due time; the first ``size`` of them (a
     CTE), or all of them (``None``, a subquery). ``keyed``: only those of one fairness key
-    (``fair_key``, the fair claim's: ``queries.fairness``)."""
+    (``fair_key``, the fair claim's: ``queries.fairness``), or of the key ``key`` gives (an
+    expression of the statement, in place of the parameter)."""
     executions: Any = StepExecution.__table__
     stmt = select(executions.c.id, executions.c.workflow_id, executions.c.scheduled_for).where(
         in_state(executions.c.state, ExecutionState.SCHEDULED)
@@ -300,7 +303,8 @@ def _scheduled_rows(*, queued: bool, due: bool, size: int | None, keyed: bool = 
     if keyed:
         # "key <= k AND key >= k", not "key = k": an equality would make the key a constant
         # to the planner, and drop it from the ORDER BY above.
-        key = bindparam("fair_key", type_=String)
+        if key is None:
+            key = bindparam("fair_key", type_=String)
         stmt = stmt.where(executions.c.fair_key >= key, executions.c.fair_key <= key)
     name = "due" if due else "scheduled"
     if size is None:
@@ -336,6 +340,7 @@ def first_in_order(
     due: bool,
     windows: tuple[int | None, ...] = EVERY_WINDOW,
     keyed: bool = False,
+    key: Any = None,
 ) -> Any:
     """The first row that ``of_row`` gives for a scheduled execution, the executions taken
     in the order of :func:`_scheduled_rows` (``queued``, ``due``, ``keyed``). PostgreSQL.
@@ -370,12 +375,13 @@ def first_in_order(
     each after the first gated by a condition PostgreSQL evaluates only if the ones before
     gave nothing; a window's rows are read as they are tried, so the first claimable row
     ends the reading. ``windows``: their sizes (None: every row), the claim's by default; the
-    handover tries only the first (see ``queries.handover``).
+    handover tries only the first (see ``queries.handover``). ``key``: see
+    :func:`_scheduled_rows`.
     """
     branches: list[Any] = []
     not_before: list[Any] = []
     for size in windows:
-        rows = _scheduled_rows(queued=queued, due=due, size=size, keyed=keyed)
+        rows = _scheduled_rows(queued=queued, due=due, size=size, keyed=keyed, key=key)
         name = f"first_of_{size or 'all'}"
         found = _first_of(rows, of_row(rows), f"tried_{size or 'all'}")
         found = found.cte(name) if size is not None else found.subquery(name)
@@ -416,7 +422,12 @@ def _claim_locked(session: Session, core: Any, params: dict[str, Any]) -> tuple[
     loaded = execute_direct(connection_of(session), core, params)
     if loaded is None:
         return None
-    values = dict(zip(_selected_labels(core), loaded, strict=True))
+    return load_claimed(session, dict(zip(_selected_labels(core), loaded, strict=True)))
+
+
+def load_claimed(session: Session, values: dict[str, Any]) -> tuple[int, int]:
+    """The claimed rows' instances from a claim's row (``values`` by label, ``e_*`` and
+    ``w_*``: :func:`_core_claim`'s), held as this transaction's locked rows."""
     if _holds_either(session, values["e_id"], values["w_id"]):
         # Instances this session already holds are refreshed in place instead (a session
         # that claims after finishing a workflow, whose body may have loaded other rows).

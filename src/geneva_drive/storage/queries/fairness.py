@@ -17,6 +17,11 @@ A key's turn (:func:`claim_fairly`):
    same ``SKIP LOCKED``), through ``ix_geneva_drive_step_executions_fair``;
 3. the key stamped served now, in the claim's transaction.
 
+On PostgreSQL the three are one statement (:func:`_turn_stmt`, data-modifying CTEs), two
+round trips fewer per keyed step, and after a workflow finishes they are part of the
+handover's statement (``queries.handover``, :func:`least_recently_served_key`); MySQL/MariaDB
+and SQLite send them one by one.
+
 A key whose due rows this worker cannot claim (other workers hold them at this moment;
 paused workflows; classes it has not loaded) gives nothing; the next key is tried, up to
 :data:`KEYS_PER_CLAIM`. When every key with due rows is locked by other claims (more step
@@ -65,8 +70,10 @@ from sqlalchemy import (
     bindparam,
     delete,
     exists,
+    func,
     literal_column,
     select,
+    true,
     union_all,
     update,
 )
@@ -76,6 +83,7 @@ from geneva_drive.core.states import ONGOING_WORKFLOW_STATES, ExecutionState
 from geneva_drive.storage.dialects import dialect_of
 from geneva_drive.storage.models import FairKey, StepExecution
 from geneva_drive.storage.queries._sql import in_state, workflow_model
+from geneva_drive.storage.queries.bypass import connection_of, execute_direct
 from geneva_drive.storage.queries.claims import (
     ClaimScope,
     Shape,
@@ -84,6 +92,7 @@ from geneva_drive.storage.queries.claims import (
     _core_claim,
     _mysql_lock_first_claimable,
     first_in_order,
+    load_claimed,
 )
 
 # When a key that no fair claim has served yet was served: before any that was.
@@ -128,7 +137,16 @@ def claim_fairly(
     ``shared_turns``: how many turns of this caller found every key locked (``shared``)
     before: such a turn starts at that key of the served order, modulo their number."""
     tried: list[str] = []
+    in_one_statement = dialect_of(session).windowed_claim
     for _ in range(KEYS_PER_CLAIM):
+        if in_one_statement:
+            found, claimed = _turn_in_one_statement(session, now, scope, tried)
+            if found is None:
+                break
+            tried.append(found)
+            if claimed is not None:
+                return KeyTurn(claimed, keys_due=True)
+            continue
         key = _lock_least_recently_served(session, now, scope, tried)
         if key is None:
             break
@@ -154,6 +172,59 @@ def claim_fairly(
         if claimed is not None:
             return KeyTurn(claimed, keys_due=True, shared=True)
     return KeyTurn(None, keys_due=bool(tried or unlocked), shared=bool(unlocked))
+
+
+def _turn_in_one_statement(
+    session: Session, now: datetime, scope: ClaimScope, tried: list[str]
+) -> tuple[str | None, tuple[int, int] | None]:
+    """PostgreSQL: the three steps of a key's turn in one statement (:func:`_turn_stmt`): the
+    key it locked (None: no key with a due row is free) and the rows it claimed, if any."""
+    params = {**_params(now, scope), "tried": tried}
+    stmt = _turn_stmt(bool(scope.queues), scope.shape)
+    row = execute_direct(connection_of(session), stmt, params)
+    if row is None:
+        return None, None
+    values = dict(zip(_turn_labels(stmt), row, strict=True))
+    if values["e_id"] is None:
+        return str(values["f_key"]), None
+    return str(values["f_key"]), load_claimed(session, values)
+
+
+@functools.lru_cache(maxsize=8)
+def _turn_stmt(queued: bool, shape: Shape) -> Any:
+    """A key's turn as one statement, its steps as data-modifying CTEs: ``k``, the key
+    :func:`_keys_stmt` locks; ``c``, the claim of its rows (:func:`_windowed_key_claim`'s,
+    the key read from ``k`` instead of a parameter); ``t``, the key's stamp, written only if
+    ``c`` claimed a row. One row (the key, whether it was stamped, the claimed rows' columns
+    or NULLs) if a key was locked, none otherwise. Every CTE runs with the statement's
+    snapshot; ``t`` writes the row ``k`` locked, and the claim's locks are ``SKIP LOCKED``
+    as in three statements, so it waits for no lock either. It saves two of the three round
+    trips of each keyed step's claim."""
+    keys: Any = FairKey.__table__
+    k = _keys_stmt(queued=queued, locked=True).cte("k")
+    key = select(k.c.key).scalar_subquery()
+
+    def claim_of(row: Any) -> Any:
+        claim = _claim_stmt(
+            by_id=False, queued=queued, candidates_first=False, shape=shape, row=row
+        )
+        return _core_claim(claim)
+
+    c = first_in_order(claim_of, queued=queued, due=True, keyed=True, key=key).cte("c")
+    stamp = (
+        update(keys)
+        .where(keys.c.key == key, select(c.c.e_id).exists())
+        .values(served_at=bindparam("now"))
+        .returning(keys.c.key)
+        .cte("t")
+    )
+    stamped = select(func.count()).select_from(stamp).scalar_subquery().label("f_stamped")
+    return select(k.c.key.label("f_key"), stamped, *c.c).select_from(k.outerjoin(c, true()))
+
+
+@functools.lru_cache(maxsize=8)
+def _turn_labels(stmt: Any) -> tuple[str, ...]:
+    return tuple(stmt.selected_columns.keys())
 
 
 def _lock_least_recently_served(
@@ -236,10 +307,32 @@ def _windowed_key_claim(queued: bool, shape: Shape) -> Any:
     return first_in_order(claim_of, queued=queued, due=True, keyed=True)
 
 
+def least_recently_served_key(queued: bool) -> Any:
+    """The key a turn serves, locked ``FOR UPDATE SKIP LOCKED`` (PostgreSQL's handover takes
+    a key's turn in its statement with it: ``queries.handover``)."""
+    return _keys_stmt(queued=queued, locked=True, excluding=False)
+
+
+def shared_key(queued: bool) -> Any:
+    """The key a shared turn serves (see :func:`claim_fairly`), as a scalar subquery: of the
+    first keys with a due row, the one at ``shared`` modulo their number, without a lock.
+    PostgreSQL's handover serves it when it could lock no key (``queries.handover``)."""
+    keys: Any = FairKey.__table__
+    few = (
+        _keys_stmt(queued=queued, locked=False, excluding=False)
+        .add_columns(func.row_number().over(order_by=(keys.c.served_at, keys.c.key)).label("place"))
+        .subquery("few")
+    )
+    count = select(func.count()).select_from(few).scalar_subquery()
+    place = bindparam("shared", type_=Integer) % func.greatest(count, 1) + 1
+    return select(few.c.key).where(few.c.place == place).scalar_subquery()
+
+
 @functools.lru_cache(maxsize=16)
-def _keys_stmt(*, queued: bool, locked: bool) -> Any:
+def _keys_stmt(*, queued: bool, locked: bool, excluding: bool = True) -> Any:
     """Keys in the order they were served that have a due row, leaving out those this turn
-    ``tried``; the first, locked ``SKIP LOCKED`` (``locked``), or the first few, unlocked.
+    ``tried`` (``excluding``); the first, locked ``SKIP LOCKED`` (``locked``), or the first
+    few, unlocked.
 
     The due row is probed in the key's index alone, its workflow not read: joined to the
     workflows, the planner drove the probe from a read of every workflow. So a key whose due
@@ -260,12 +353,9 @@ def _keys_stmt(*, queued: bool, locked: bool) -> Any:
     )
     if queued:
         due = due.where(StepExecution.queue.in_(bindparam("queues", expanding=True)))
-    stmt = (
-        select(keys.c.key)
-        .where(exists(due))
-        .where(keys.c.key.not_in(bindparam("tried", expanding=True)))
-        .order_by(keys.c.served_at, keys.c.key)
-    )
+    stmt = select(keys.c.key).where(exists(due)).order_by(keys.c.served_at, keys.c.key)
+    if excluding:
+        stmt = stmt.where(keys.c.key.not_in(bindparam("tried", expanding=True)))
     if not locked:
         return stmt.limit(KEYS_PER_CLAIM)
     return stmt.limit(1).with_for_update(skip_locked=True)

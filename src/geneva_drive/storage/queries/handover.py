@@ -15,6 +15,15 @@ transaction of its own, the lock goes with it and the worker's next ordinary cla
 same row first, so the order of claims is kept; otherwise the transaction goes on and the
 executor claims the row again there, where its phase 1 runs as usual.
 
+In a thread whose next claim is a key's turn (``engine.fair_turns``), the statement takes
+that turn (``NextClaim.keyed``): it locks the key served least recently with a due row
+(``FOR UPDATE SKIP LOCKED``, ``queries.fairness``), claims from that key's first due rows
+only, and stamps the key served if it started the claimed row — so a keyed backlog is handed
+over in one statement too. A row it claimed but did not start is claimed again by a key's
+turn, which stamps it then; a miss (every key with a due row locked by another claim, or the
+key's first rows unclaimable) leaves the claim to the thread's next key's turn, which tries
+every window, the next keys and the shared turn.
+
 After a step that holds a concurrency slot (``NextClaim.held_key``), the claimed row may also
 be the first step of a class whose only obstacle is its concurrency limit (``Limited``: no
 rate limit, nothing else to check): the statement then passes the slot on to it when its key
@@ -66,6 +75,7 @@ from sqlalchemy.orm.attributes import set_committed_value
 from geneva_drive.core.states import WorkflowState
 from geneva_drive.storage.models import (
     TIMEOUT_FOR,
+    FairKey,
     LimitSlot,
     LimitWaiter,
     StepExecution,
@@ -89,6 +99,7 @@ from geneva_drive.storage.queries.claims import (
     loaded_classes_in_arrays,
 )
 from geneva_drive.storage.queries.executions import completion_ctes, completion_params
+from geneva_drive.storage.queries.fairness import least_recently_served_key, shared_key
 from geneva_drive.storage.queries.limits import CONCURRENCY, KEYS, PARKED
 
 
@@ -108,6 +119,12 @@ class NextClaim:
     wide: bool = False
     limited: Limited | None = None
     held_key: str | None = None
+    # A key's turn (``engine.fair_turns``): the due rows of the key served least recently,
+    # which the statement stamps served if it starts one (see the module's docstring).
+    keyed: bool = False
+    # Of the caller's key turns, how many found every key locked (``fair_turns``): where a
+    # shared turn starts in the keys' order.
+    shared_turns: int = 0
 
 
 @dataclass(frozen=True)
@@ -151,6 +168,8 @@ class Handover:
     # completed step: ``passed``), if it holds one.
     holds: str | None = None
     passed: bool = False
+    # A key's turn that served a key without its lock or stamp (every key locked).
+    shared: bool = False
 
 
 def finish_and_start_next(
@@ -185,6 +204,7 @@ def finish_and_start_next(
         bool(scope.queues),
         claim.wide,
         claim.limited is not None and claim.held_key is not None,
+        claim.keyed,
     )
     params: dict[str, Any] = {
         **completion_params(workflow, navigation, as_started, execution, done),
@@ -203,6 +223,8 @@ def finish_and_start_next(
         assert claim.limited is not None  # for mypy
         params.update(claim.limited.params())
         params["held_key"] = claim.held_key
+    if claim.keyed:
+        params["shared"] = claim.shared_turns
     connection = connection_of(session)
     row = (execute_alone if claim.alone else execute_direct)(connection, stmt, params)
     committed = not driver_in_transaction(connection)
@@ -210,13 +232,26 @@ def finish_and_start_next(
     # The key of the slot passed on, in the statement that may pass one (only there: the
     # others are the statements they were).
     holds = row[3] if limited else None
+    assert not (limited and claim.keyed)  # a key's turn passes no slot on (chaining)
     if wrote_workflow:
         mark_written(session, workflow, navigation)
     if wrote_execution:
         mark_written(session, execution, done)
-    execution_values, workflow_values = _split(row, 4 if limited else 3)
+    execution_values, workflow_values = _split(row, 4 if limited or claim.keyed else 3)
     if execution_values["id"] is None:
         return Handover(wrote_workflow, wrote_execution, claimed, None, committed)
+    if claim.keyed:  # started: its key stamped, unless the turn was shared
+        return Handover(
+            wrote_workflow,
+            wrote_execution,
+            claimed,
+            (
+                _loaded(session, base.polymorphic_map[workflow_values["type"]], workflow_values),
+                _loaded(session, StepExecution.__mapper__, execution_values),
+            ),
+            committed,
+            shared=not row[3],
+        )
     next_execution = _loaded(session, StepExecution.__mapper__, execution_values)
     # The row's own class: only loaded classes have steps among the direct pairs.
     next_workflow = _loaded(session, base.polymorphic_map[workflow_values["type"]], workflow_values)
@@ -277,6 +312,7 @@ def _statement(
     queued: bool,
     wide: bool,
     limited: bool = False,
+    keyed: bool = False,
 ) -> Any:
     """Kept short: the claim selects only what the start needs, the classes are bound as two
     arrays, and the rows come back by position, unlabelled. (Still over the 4,096 characters
@@ -323,7 +359,19 @@ def _statement(
     # The due rows in claim order, each tried by primary key (claims.first_in_order): every
     # window, or only the first (see the module's docstring).
     windows = EVERY_WINDOW if wide else CLAIM_WINDOWS[:1]
-    c = first_in_order(claim_of, queued=queued, due=True, windows=windows).cte("c")
+    key = None
+    if keyed:
+        # A key's turn: the key served least recently with a due row, locked (k), and the
+        # first due rows of that key, as queries.fairness claims them.
+        k = least_recently_served_key(queued).cte("k")
+        # None locked (other claims hold every key with a due row): a shared turn's key.
+        served = select(
+            func.coalesce(select(k.c.key).scalar_subquery(), shared_key(queued)).label("key")
+        ).cte("kk")
+        key = select(served.c.key).scalar_subquery()
+    c = first_in_order(
+        claim_of, queued=queued, due=True, windows=windows, keyed=keyed, key=key
+    ).cte("c")
     # The claimed row's values as scalars, not a join with c: each start then finds its row
     # by primary key whatever the planner believes of the tables. (Joined, on tables planned
     # while empty, it hash-joined c with a read of every execution and every workflow.)
@@ -374,12 +422,26 @@ def _statement(
         .returning(*y.c)
         .cte("v")
     )
+    stamped: list[Any] = []
+    if keyed:
+        # The key stamped served, only if its row was started: a row claimed but not
+        # started is claimed again by a key's turn (chaining), which stamps it then.
+        keys: Any = FairKey.__table__
+        t = (
+            update(keys)
+            .where(keys.c.key == select(k.c.key).scalar_subquery(), select(s.c.id).exists())
+            .values(served_at=bindparam("now"))
+            .returning(keys.c.key)
+            .cte("kt")
+        )
+        stamped.append(select(func.count()).select_from(t).scalar_subquery().label("f"))
     counts = select(
         select(func.count()).select_from(w).scalar_subquery().label("w"),
         select(func.count()).select_from(e).scalar_subquery().label("e"),
         select(c.c.id).scalar_subquery().label("c"),
         *passed_key,
-    ).subquery("k")
+        *stamped,
+    ).subquery("n")
     return select(*counts.c, *s.c, *v.c).select_from(
         counts.outerjoin(s, true()).outerjoin(v, true())
     )
