@@ -127,3 +127,27 @@ def test_with_ten_thousand_idle_keys_pruned_a_keys_turn_costs_what_it_did_withou
 
     assert with_idle > 10 * without, (without, with_idle)  # each idle key was looked at
     assert pruned <= 2 * without, (without, pruned)
+
+
+def _workflow_reads(gd: Any) -> list[str]:
+    """The statements of one housekeeping pass that read the workflows' fairness keys."""
+    seen: list[str] = []
+
+    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if "fair_key" in statement and "geneva_drive_workflows" in statement:
+            seen.append(statement)
+
+    sa.event.listen(gd.engine, "before_cursor_execute", record)
+    try:
+        housekeeping.run(gd)
+    finally:
+        sa.event.remove(gd.engine, "before_cursor_execute", record)
+    return seen
+
+
+def test_a_pass_where_fairness_is_unused_reads_no_workflow(gd, session):
+    # Looking for ongoing workflows' keys walks every ongoing workflow: an application that
+    # uses no fairness key must not pay that on every pass.
+    assert _workflow_reads(gd) == []
+    _start(session, "busy.example")
+    assert _workflow_reads(gd) != []  # a key in use: its rows are looked after

@@ -113,8 +113,12 @@ def prune_fair_keys(config: Settings, result: dict[str, int]) -> None:
     """
     factory = session_factory(config)
     with factory() as session, session.begin():
-        ongoing = fairness.keys_of_ongoing_workflows(session)
         kept = fairness.every_key(session)
+        if not kept and not fairness.any_key_scheduled(session):
+            # Fairness unused: no key rows, no keyed step due. Without this the read below
+            # would walk every ongoing workflow on every pass, to find no key.
+            return
+        ongoing = fairness.keys_of_ongoing_workflows(session)
         fairness.register_keys(session, sorted(ongoing.difference(kept)))
         candidates = [key for key in kept if key not in ongoing]
     batch = config.housekeeping_batch_size

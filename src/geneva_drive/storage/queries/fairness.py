@@ -67,6 +67,7 @@ from typing import Any, NamedTuple
 from sqlalchemy import (
     Integer,
     String,
+    and_,
     bindparam,
     delete,
     exists,
@@ -393,6 +394,14 @@ def keys_of_ongoing_workflows(session: Session, among: Sequence[str] | None = No
         for state in sorted(ONGOING_WORKFLOW_STATES)
     ]
     return {str(key) for key in session.scalars(union_all(*branches))}
+
+
+def any_key_scheduled(session: Session) -> bool:
+    """Whether a scheduled execution has a fairness key: one probe of the fair claim's index
+    (its predicate spelled as the index's, so PostgreSQL's and SQLite's partial index serves)."""
+    e: Any = StepExecution.__table__
+    keyed = and_(e.c.state == literal_column("'scheduled'", String), e.c.fair_key.is_not(None))
+    return bool(session.scalar(select(exists().where(keyed))))
 
 
 def every_key(session: Session) -> list[str]:
