@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 from geneva_drive import StepExecution
 from geneva_drive.core.states import ExecutionState
 from geneva_drive.storage import queries
+from geneva_drive.storage.dialects import dialect_of
 from geneva_drive.storage.queries import bypass
 from geneva_drive.storage.queries import executions as execution_queries
 from geneva_drive.testing import perform_next_step
@@ -122,7 +123,9 @@ def test_a_constraint_violation_is_raised_as_sqlalchemys_integrity_error(gd, ses
     before = _direct_runs()
 
     if gd.engine.dialect.insert_returning:
-        insert = execution_queries._insert_stmt(returning=True)
+        insert = execution_queries._insert_stmt(
+            returning=True, counts_attempt=dialect_of(gd.engine).counts_attempt_on_insert
+        )
         assert bypass._plan(insert, gd.engine.dialect) is not None
     with pytest.raises(IntegrityError) as raised:
         queries.insert_execution(

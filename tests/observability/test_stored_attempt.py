@@ -257,24 +257,26 @@ def test_compensations_are_attempts_of_their_own(session):
     assert all(attempt == 1 for _, attempt in stored)
 
 
-def test_a_worker_chaining_steps_stores_each_attempt(gd, session):
-    """On PostgreSQL: the one-statement completion and handover."""
-    ids = [AttChain.create(session).id for _ in range(4)]
+def _run_chaining(gd, session, cls, count):
+    """Create ``count`` workflows of ``cls`` and run them as a worker's thread does."""
+    ids = [cls.create(session).id for _ in range(count)]
     session.commit()
     options = RunOptions(worker_id="w", lease=timedelta(seconds=30), chain=lambda queue: True)
     while claim_and_run(None, options, gd):
         pass
+    return ids
+
+
+def test_a_worker_chaining_steps_stores_each_attempt(gd, session):
+    """On PostgreSQL: the one-statement completion and handover."""
+    ids = _run_chaining(gd, session, AttChain, 4)
 
     for workflow_id in ids:
         assert _agree(session, workflow_id) == [("a", 1), ("b", 1), ("c", 1)]
 
 
 def test_a_step_that_passes_its_limits_slot_on_stores_each_attempt(gd, session):
-    ids = [AttLimited.create(session).id for _ in range(2)]
-    session.commit()
-    options = RunOptions(worker_id="w", lease=timedelta(seconds=30), chain=lambda queue: True)
-    while claim_and_run(None, options, gd):
-        pass
+    ids = _run_chaining(gd, session, AttLimited, 2)
 
     for workflow_id in ids:
         assert _agree(session, workflow_id) == [("a", 1), ("b", 1), ("c", 1)]

@@ -293,14 +293,20 @@ def insert_execution(session: Session, values: dict[str, Any]) -> StepExecution:
     if not connection.dialect.insert_returning:
         # e.g. SQLite before 3.35: the driver's lastrowid, through SQLAlchemy; the attempt is
         # left unknown (NULL), counted when a span needs it (attempt_number)
-        key = connection.execute(_insert_stmt(returning=False), [row]).inserted_primary_key
+        key = connection.execute(
+            _insert_stmt(returning=False, counts_attempt=False), [row]
+        ).inserted_primary_key
         assert key is not None  # an INSERT of one row always reports its key
         row["id"] = int(key[0])
     elif dialect_of(connection).counts_attempt_on_insert:
-        new_id, row["attempt"] = execute_direct(connection, _insert_stmt(returning=True), row)
+        new_id, row["attempt"] = execute_direct(
+            connection, _insert_stmt(returning=True, counts_attempt=True), row
+        )
         row["id"] = int(new_id)
     else:  # MySQL/MariaDB: a plain INSERT, the attempt left NULL (see the dialect)
-        row["id"] = int(execute_direct(connection, _plain_insert_returning_stmt(), row)[0])
+        row["id"] = int(
+            execute_direct(connection, _insert_stmt(returning=True, counts_attempt=False), row)[0]
+        )
     execution: StepExecution = as_inserted(session, mapper, row)
     return execution
 
@@ -316,28 +322,20 @@ def _execution_row(values: dict[str, Any]) -> dict[str, Any]:
 
 
 @functools.cache
-def _insert_stmt(*, returning: bool) -> Any:
-    """``INSERT … SELECT`` of the bound values and the row's attempt (:func:`new_row_source`)
-    ``RETURNING id, attempt``; without RETURNING, a plain ``INSERT … VALUES`` (attempt NULL)."""
+def _insert_stmt(*, returning: bool, counts_attempt: bool) -> Any:
+    """With ``counts_attempt``, ``INSERT … SELECT`` of the bound values and the row's attempt
+    (:func:`new_row_source`) ``RETURNING id, attempt``; else a plain ``INSERT … VALUES``
+    (attempt NULL), ``RETURNING id`` if ``returning``."""
     table: Any = StepExecution.__table__
     attrs = [a for a in sa_inspect(StepExecution).column_attrs if a.key != "id"]
-    if not returning:
-        return table.insert().values({a.columns[0]: bindparam(a.key) for a in attrs})
-    return (
-        table.insert()
-        .from_select([a.columns[0] for a in attrs], new_row_source(attrs, ""))
-        .returning(table.c.id, table.c.attempt)
-    )
-
-
-@functools.cache
-def _plain_insert_returning_stmt() -> Any:
-    """``INSERT … VALUES`` of the bound values ``RETURNING id``: the attempt NULL."""
-    table: Any = StepExecution.__table__
-    attrs = [a for a in sa_inspect(StepExecution).column_attrs if a.key != "id"]
-    return (
-        table.insert().values({a.columns[0]: bindparam(a.key) for a in attrs}).returning(table.c.id)
-    )
+    if counts_attempt:
+        return (
+            table.insert()
+            .from_select([a.columns[0] for a in attrs], new_row_source(attrs, ""))
+            .returning(table.c.id, table.c.attempt)
+        )
+    stmt = table.insert().values({a.columns[0]: bindparam(a.key) for a in attrs})
+    return stmt.returning(table.c.id) if returning else stmt
 
 
 def new_row_source(attrs: list[Any], prefix: str) -> Any:
