@@ -19,15 +19,12 @@ from datetime import datetime
 from typing import Any
 
 import prometheus_client
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from geneva_drive.core import events
 from geneva_drive.engine.leases import RunningExecutions
 from geneva_drive.runtime.housekeeping import set_prometheus_gauges
-
-# Step bodies run from milliseconds to minutes; queue lag from milliseconds to hours.
-DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900)
-LAG_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 24 * 3600)
+from geneva_drive.runtime.step_tally import StepCollector
 
 # Every metric name install() creates (the docs' table and the Grafana test read it).
 METRIC_NAMES = (
@@ -43,33 +40,16 @@ METRIC_NAMES = (
 
 
 class Metrics:
-    """The collectors on one registry, and the event subscriber that updates them."""
+    """The collectors on one registry, and the event subscribers that update them.
+
+    The per-step families (steps, durations, queue lag, claims) are counted by
+    ``runtime.step_tally``, without a lock on the step's path; the rarer ones are
+    prometheus-client's own collectors."""
 
     def __init__(self, registry: CollectorRegistry, running: RunningExecutions | None) -> None:
         self.registry = registry
-        self.steps = Counter(
-            "geneva_drive_steps",
-            "Step executions run, by workflow class, step and outcome",
-            ["workflow", "step", "outcome"],
-            registry=registry,
-        )
-        self.duration = Histogram(
-            "geneva_drive_step_duration_seconds",
-            "Time a step's body took (hooks included), by workflow class and step",
-            ["workflow", "step"],
-            buckets=DURATION_BUCKETS,
-            registry=registry,
-        )
-        self.lag = Histogram(
-            "geneva_drive_queue_lag_seconds",
-            "Time from a step execution's due time to its start, by workflow class and queue",
-            ["workflow", "queue"],
-            buckets=LAG_BUCKETS,
-            registry=registry,
-        )
-        self.claims = Counter(
-            "geneva_drive_claims", "Step executions claimed by this process", registry=registry
-        )
+        self.per_step = StepCollector()
+        registry.register(self.per_step)
         self.recoveries = Counter(
             "geneva_drive_recoveries",
             "Step executions recovered after their run was lost, by class and reason "
@@ -96,63 +76,49 @@ class Metrics:
         )
         if running is not None:
             self.in_flight.set_function(lambda: len(running.ids()))
-        # Each step's children by label values: labels() takes a lock and checks its arguments,
-        # most of what a step's metrics cost; the label sets are few (bounded by the code).
-        self._children: dict[tuple[str, ...], tuple[Any, Any, Any]] = {}
 
-    def __call__(self, name: str, payload: dict[str, Any]) -> None:
-        handler = self._handlers.get(name)
-        if handler is not None:
-            handler(self, payload)
+    def subscribers(self) -> dict[str, events.Subscriber]:
+        """Each event's subscriber: a bound method each, called straight by ``events.emit``."""
+        return {
+            "gauges": self.on_gauges,
+            "step": self.on_step,
+            "claim": self.on_claim,
+            "recovery": self.on_recovery,
+            "signal": self.on_signal,
+            "timeout": self.on_timeout,
+        }
 
-    def _step(self, payload: dict[str, Any]) -> None:
-        key = (
-            payload["workflow_class"],
-            payload["step_name"],
-            payload.get("outcome", "unknown"),
-            payload.get("queue") or "default",
-        )
-        children = self._children.get(key)
-        if children is None:
-            workflow, step, outcome, queue = key
-            children = self._children[key] = (
-                self.steps.labels(workflow, step, outcome),
-                self.duration.labels(workflow, step),
-                self.lag.labels(workflow, queue),
-            )
-        steps, duration, lag = children
-        steps.inc()
-        duration.observe(payload["duration"])
+    def on_step(self, _name: str, payload: dict[str, Any]) -> None:
+        workflow, step = payload["workflow_class"], payload["step_name"]
         due, started = payload.get("due_at"), payload.get("started_at")
+        lag = None
         if isinstance(due, datetime) and isinstance(started, datetime):
-            lag.observe(max(0.0, (started - due).total_seconds()))
+            lag = max(0.0, (started - due).total_seconds())
+        self.per_step.tally().step(
+            (workflow, step, payload.get("outcome", "unknown")),
+            (workflow, step),
+            (workflow, payload.get("queue") or "default"),
+            payload["duration"],
+            lag,
+        )
 
-    def _claim(self, _payload: dict[str, Any]) -> None:
-        self.claims.inc()
+    def on_claim(self, _name: str, _payload: dict[str, Any]) -> None:
+        self.per_step.tally().claims += 1
 
-    def _recovery(self, payload: dict[str, Any]) -> None:
+    def on_recovery(self, _name: str, payload: dict[str, Any]) -> None:
         self.recoveries.labels(payload["workflow_class"], payload["reason"]).inc()
 
-    def _signal(self, payload: dict[str, Any]) -> None:
+    def on_signal(self, _name: str, payload: dict[str, Any]) -> None:
         delivery = "duplicate" if payload["duplicate"] else "new"
         self.signals.labels(payload["workflow_class"], delivery).inc()
 
-    def _timeout(self, payload: dict[str, Any]) -> None:
+    def on_timeout(self, _name: str, payload: dict[str, Any]) -> None:
         self.timeouts.labels(
             payload["workflow_class"], payload["step_name"], payload["on_timeout"]
         ).inc()
 
-    def _gauges(self, payload: dict[str, Any]) -> None:
+    def on_gauges(self, _name: str, payload: dict[str, Any]) -> None:
         set_prometheus_gauges(payload["values"], self.registry)
-
-    _handlers: dict[str, Callable[[Metrics, dict[str, Any]], None]] = {
-        "gauges": _gauges,
-        "step": _step,
-        "claim": _claim,
-        "recovery": _recovery,
-        "signal": _signal,
-        "timeout": _timeout,
-    }
 
 
 def install(
@@ -164,7 +130,7 @@ def install(
     ``running``: a worker's running executions (``Worker.running``), for the in-flight gauge.
     """
     metrics = Metrics(registry or prometheus_client.REGISTRY, running)
-    stops = [events.subscribe(name, metrics) for name in Metrics._handlers]
+    stops = [events.subscribe(name, fn) for name, fn in metrics.subscribers().items()]
 
     def uninstall() -> None:
         for stop in stops:
