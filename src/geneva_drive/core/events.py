@@ -58,8 +58,17 @@ EVENTS = (
 )
 
 _subscribers: dict[str, list[Subscriber]] = {}
+# Who an event goes to: its own subscribers, then the "*" ones — rebuilt under _lock on every
+# (un)subscribe and replaced whole, so emit() reads it without the lock and builds nothing.
+_targets: dict[str, tuple[Subscriber, ...]] = {}
 _lock = threading.Lock()
 log = logging.getLogger("geneva_drive")
+
+
+def _rebuild_targets() -> None:
+    global _targets
+    every = tuple(_subscribers.get("*", ()))
+    _targets = {name: (*_subscribers.get(name, ()), *every) for name in EVENTS}
 
 
 def subscribe(name: str, fn: Subscriber) -> Callable[[], None]:
@@ -68,25 +77,27 @@ def subscribe(name: str, fn: Subscriber) -> Callable[[], None]:
         raise ValueError(f"unknown event {name!r}; known events: {', '.join(EVENTS)} or '*'")
     with _lock:
         _subscribers.setdefault(name, []).append(fn)
+        _rebuild_targets()
 
     def unsubscribe() -> None:
         with _lock:
             if fn in _subscribers.get(name, []):
                 _subscribers[name].remove(fn)
+                _rebuild_targets()
 
     return unsubscribe
 
 
 def active(name: str) -> bool:
     """Whether anything listens to ``name`` (build a payload only then)."""
-    return bool(_subscribers.get(name) or _subscribers.get("*"))
+    return bool(_targets.get(name))
 
 
 def emit(name: str, payload: dict[str, Any]) -> None:
-    named, every = _subscribers.get(name), _subscribers.get("*")
-    if not named and not every:
+    targets = _targets.get(name)
+    if not targets:
         return  # the usual case, several times per step
-    for fn in [*(named or ()), *(every or ())]:
+    for fn in targets:
         try:
             fn(name, payload)
         except Exception:
