@@ -19,6 +19,7 @@ from geneva_drive.runtime.configure import configure, configured
 from geneva_drive.testing import perform_next_step, speedrun
 from tests.observability.traced_app import TracedOrder
 from tests.signals._support import run_due
+from tests.support.app import Order
 from tests.worker.test_worker_processes import Workers, db, wait_until, workers, workflow_states  # noqa: F401
 
 
@@ -28,6 +29,14 @@ class TracedFails(Workflow):
     @step
     def charge(self) -> None:
         raise ValueError("card declined")
+
+
+class TracedMaybeHero(Workflow):
+    may_proceed_without_hero = True
+
+    @step
+    def one(self) -> None:
+        pass
 
 
 class TracedFlaky(Workflow):
@@ -78,6 +87,28 @@ def test_each_step_is_a_span_in_the_trace_of_the_request_that_created_the_workfl
     assert attributes["geneva_drive.outcome"] == "completed"
     assert attributes["geneva_drive.queue"] == "default"
     assert isinstance(attributes["geneva_drive.execution.id"], int)
+
+
+def test_a_steps_span_names_its_hero_and_leaves_the_hero_out_when_there_is_none(session, spans):
+    order = Order()
+    session.add(order)
+    session.flush()
+    with_hero, without = (
+        TracedMaybeHero.create(session, hero=order),
+        TracedMaybeHero.create(session),
+    )
+    session.commit()
+    perform_next_step(with_hero)
+    perform_next_step(without)
+
+    first, second = (dict(s.attributes) for s in _steps(spans))
+    assert (first["geneva_drive.hero.type"], first["geneva_drive.hero.id"]) == (
+        "Order",
+        str(order.id),
+    )
+    assert first["geneva_drive.workflow.id"] == with_hero.id
+    assert second["geneva_drive.workflow.id"] == without.id
+    assert not any(key.startswith("geneva_drive.hero") for key in second)
 
 
 def test_the_step_a_signal_wakes_links_to_the_senders_span(session, spans):

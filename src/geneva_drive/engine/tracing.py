@@ -36,9 +36,9 @@ _OFF: AbstractContextManager[None] = contextlib.nullcontext()
 _api: ModuleType | None = None  # opentelemetry.trace, once the application has imported it
 _context_api: Any = None  # opentelemetry.context, with it (an import statement per span costs)
 _no_sdk: tuple[type, ...] = ()  # the API's own providers, which make no spans
-# The tracer of the provider last asked: the SDK builds a new one on every get_tracer()
-# (a tenth of a millisecond), and a process has one provider.
-_cached: tuple[Any, Any] = (None, None)
+# The provider last asked and its tracer (None for the API's own providers): the SDK builds a
+# new tracer on every get_tracer() (a tenth of a millisecond), and a process has one provider.
+_cached: tuple[Any, Any] = (object(), None)
 
 
 def _trace_api() -> ModuleType | None:
@@ -68,11 +68,14 @@ def _tracer(config: Settings) -> Any:
         return None
     global _cached
     provider = api.get_tracer_provider() if config.tracing is True else config.tracing
-    if isinstance(provider, _no_sdk):
-        return None  # the application configured no SDK: spans would be dropped anyway
-    if _cached[0] is not provider:
-        _cached = (provider, provider.get_tracer(TRACER_NAME))
-    return _cached[1]
+    cached_provider, tracer = _cached
+    if provider is cached_provider:
+        return tracer
+    # The API's own providers make no spans: the application configured no SDK. Checked once
+    # per provider: isinstance against their ABC costs a tenth of what the rest of this does.
+    tracer = None if isinstance(provider, _no_sdk) else provider.get_tracer(TRACER_NAME)
+    _cached = (provider, tracer)
+    return tracer
 
 
 def current_traceparent(config: Settings) -> str | None:
@@ -131,44 +134,58 @@ def step_span(
     return _StepSpan(tracer, session, prepared, payload)
 
 
+# Span names by (workflow class, step): the same few strings for every step a process runs.
+_span_names: dict[tuple[str, str], str] = {}
+
+
 class _StepSpan:
+    __slots__ = ("payload", "prepared", "session", "span", "token", "tracer")
+
     def __init__(
         self, tracer: Any, session: Session, prepared: Prepared, payload: dict[str, Any]
     ) -> None:
         self.tracer, self.session, self.prepared, self.payload = tracer, session, prepared, payload
-        self.token: Any = None
-        self.span: Any = None
 
     def __enter__(self) -> None:
-        api = _trace_api()
-        assert api is not None
-        workflow, execution = self.prepared.workflow, self.prepared.execution
-        identity = self.prepared.identity
-        signal = self.prepared.signal
-        linked = _span_context(api, signal.trace_context) if signal is not None else None
+        api = _api
+        assert api is not None  # _tracer() found it
+        prepared = self.prepared
+        workflow, execution, identity = prepared.workflow, prepared.execution, prepared.identity
+        cls, step = identity["workflow_class"], identity["step_name"]
         attributes = {
-            "geneva_drive.workflow.class": identity["workflow_class"],
+            "geneva_drive.workflow.class": cls,
             "geneva_drive.workflow.id": identity["workflow_id"],
             "geneva_drive.execution.id": identity["execution_id"],
-            "geneva_drive.step": identity["step_name"],
+            "geneva_drive.step": step,
             "geneva_drive.attempt": execution.attempt or self._counted_attempt(),
             "geneva_drive.queue": execution.queue or "default",
-            "geneva_drive.hero.type": workflow.hero_type or "",
-            "geneva_drive.hero.id": workflow.hero_id or "",
         }
+        hero_type = workflow.hero_type
+        if hero_type is not None:  # left out without a hero, as in the log records
+            attributes["geneva_drive.hero.type"] = hero_type
+            attributes["geneva_drive.hero.id"] = workflow.hero_id
         if execution.signal_id is not None:
             attributes["geneva_drive.signal.id"] = execution.signal_id
+        links = None
+        signal = prepared.signal
+        if signal is not None:
+            linked = _span_context(api, signal.trace_context)
+            if linked is not None:
+                links = [api.Link(linked, {"geneva_drive.link": "signal"})]
+        name = _span_names.get((cls, step))
+        if name is None:
+            name = _span_names[cls, step] = f"geneva_drive.step {cls}.{step}"
         # start_span and attach rather than start_as_current_span, a generator-based context
         # manager that costs about as much again.
-        self.span = self.tracer.start_span(
-            f"geneva_drive.step {identity['workflow_class']}.{identity['step_name']}",
+        span = self.span = self.tracer.start_span(
+            name,
             context=_parent_context(api, workflow.trace_context),
-            links=[api.Link(linked, {"geneva_drive.link": "signal"})] if linked else None,
+            links=links,
             attributes=attributes,
             record_exception=False,
             set_status_on_exception=False,
         )
-        self.token = _context_api.attach(api.set_span_in_context(self.span))
+        self.token = _context_api.attach(api.set_span_in_context(span))
 
     def _counted_attempt(self) -> int:
         """The attempt of an execution that has none stored: a timer's (its parked run's), or
@@ -178,15 +195,16 @@ class _StepSpan:
         return queries.attempt_number(self.session, self.prepared.execution)
 
     def __exit__(self, *exc: Any) -> None:
-        api = _trace_api()
-        assert api is not None
-        self.span.set_attribute("geneva_drive.outcome", str(self.payload.get("outcome", "")))
-        error = self.payload.get("exception")
-        if isinstance(error, BaseException):
-            self.span.record_exception(error)
-            self.span.set_status(api.Status(api.StatusCode.ERROR, type(error).__name__))
+        span, payload = self.span, self.payload
+        span.set_attribute("geneva_drive.outcome", payload.get("outcome", ""))
+        error = payload.get("exception")
+        if error is not None:
+            api = _api
+            assert api is not None
+            span.record_exception(error)
+            span.set_status(api.Status(api.StatusCode.ERROR, type(error).__name__))
         _context_api.detach(self.token)
-        self.span.end()
+        span.end()
 
 
 # -- claims (``configure(trace_claims=True)``) ---------------------------------------------
