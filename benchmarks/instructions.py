@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/instructions.py --workflows 300
     .venv/bin/python benchmarks/instructions.py --src /tmp/old-tree/src   # another tree's code
-    .venv/bin/python benchmarks/instructions.py --observe off,metrics,tracing,both --no-bare
+    .venv/bin/python benchmarks/instructions.py --observe off,metrics,tracing,both --no-bare --no-gc
     .venv/bin/python benchmarks/instructions.py --keyed-class-loaded --count-statements --no-bare
 
 Time per step on this shared virtual machine moves by a third from one run to the next (the
@@ -23,6 +23,7 @@ Prints one JSON line per system and one with the ratio.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import re
 import subprocess
@@ -47,12 +48,13 @@ def geneva_drive_child(
     observe: str = "off",
     keyed_loaded: bool = False,
     count_statements: bool = False,
+    no_gc: bool = False,
 ) -> None:
     """Under valgrind: seed a backlog, then count one step thread's run of it, with the
     instrumentation ``observe`` names switched on (see :func:`observed`). ``keyed_loaded``:
     a class with a ``fairness_key`` is loaded too (the backlog's class has none).
     ``count_statements``: print the statements sent (``statements=N``; the listener's own
-    instructions are counted too)."""
+    instructions are counted too). ``no_gc``: collect, then count with the cyclic GC off."""
     import _gd
     import gd_app
 
@@ -71,6 +73,9 @@ def geneva_drive_child(
             sent[0] += 1
 
         event.listen(engine, "before_cursor_execute", count)
+    if no_gc:
+        gc.collect()
+        gc.disable()
     callgrind_instrumentation(True)
     _gd.drain_with_one_step_thread(config, "instructions")
     stop()  # a batch processor's last export is counted: the application pays for it too
@@ -152,12 +157,24 @@ def main() -> None:
     parser.add_argument(
         "--count-statements", action="store_true", help="also count the statements sent"
     )
+    parser.add_argument(
+        "--no-gc",
+        action="store_true",
+        help="count with the cyclic GC off (collected first): whether a full collection falls "
+        "in a run moves its count by ~30k instructions per step at 300 workflows — more than "
+        "what a comparison of instrumentation modes looks for",
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child == "geneva-drive":
         geneva_drive_child(
-            args.url, args.workflows, args.observe, args.keyed_class_loaded, args.count_statements
+            args.url,
+            args.workflows,
+            args.observe,
+            args.keyed_class_loaded,
+            args.count_statements,
+            args.no_gc,
         )
         return
     modes = args.observe.split(",")
@@ -174,12 +191,14 @@ def main() -> None:
             child = ["--child", "geneva-drive", "--url", url, "--workflows", str(args.workflows)]
             child += ["--keyed-class-loaded"] if args.keyed_class_loaded else []
             child += ["--count-statements"] if args.count_statements else []
+            child += ["--no-gc"] if args.no_gc else []
             gd, sent = counted_and_sent([sys.executable, __file__, *child, "--observe", mode], env)
             extra = {} if sent is None else {"statements_per_step": round(sent / steps, 3)}
             emit(
                 bench="instructions",
                 system="geneva-drive step thread",
                 observe=mode,
+                gc="off" if args.no_gc else "on",
                 keyed_class_loaded=args.keyed_class_loaded,
                 src=args.src,
                 steps=steps,
