@@ -39,7 +39,7 @@ STEPS = 3
 VALGRIND = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--callgrind-out-file=/dev/null"]
 
 
-OBSERVE = ("off", "metrics", "tracing", "both")
+OBSERVE = ("off", "metrics", "tracing", "both", "null-tracer")
 
 
 def geneva_drive_child(
@@ -90,7 +90,9 @@ def observed(engine: Any, config: Any, observe: str) -> tuple[Any, Any]:
     provider configured, nothing subscribed), ``metrics`` (``runtime.metrics.install`` on a
     registry of its own), ``tracing`` (an OpenTelemetry SDK provider with a batch processor
     and an exporter that sends nowhere — as an application configures it, less the network)
-    or ``both``."""
+    or ``both``; ``null-tracer``: tracing on with a provider whose spans record nothing —
+    what geneva-drive does around a span (its attributes, the context attached) without the
+    SDK's own work."""
     from geneva_drive.runtime.configure import configure
 
     stops = []
@@ -100,6 +102,18 @@ def observed(engine: Any, config: Any, observe: str) -> tuple[Any, Any]:
         from geneva_drive.runtime import metrics
 
         stops.append(metrics.install(CollectorRegistry()))
+    if observe == "null-tracer":
+        from opentelemetry import trace
+
+        class NullTracer:  # spans that record nothing, as cheap as the API makes them
+            def start_span(self, *_: Any, **__: Any) -> Any:
+                return trace.INVALID_SPAN
+
+        class NullProvider:
+            def get_tracer(self, *_: Any, **__: Any) -> NullTracer:
+                return NullTracer()
+
+        config = configure(engine=engine, tracing=NullProvider())
     if observe in ("tracing", "both"):
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import (
